@@ -1,0 +1,5 @@
+import sys
+
+from corun_sglang.cli import main
+
+sys.exit(main())

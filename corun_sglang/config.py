@@ -1,0 +1,299 @@
+"""What ``--corun`` sets, what it refuses, and the frozen configuration it resolves to.
+
+Pure functions over an object with SGLang's ``ServerArgs`` attributes; nothing
+here imports SGLang or mutates its argument. The adapter in ``server_args.py``
+applies ``defaults()`` before SGLang resolves its options and ``resolve()``
+after, so that every decision below can be tested on plain objects.
+
+Invariants of a configuration that ``resolve()`` accepts:
+- decode runs one CUDA graph, of batch size N = ``max_running_requests``, with
+  padding (a smaller batch replays the size-N graph);
+- prefill and decode never share a batch (no mixed chunk), and the radix cache
+  is off (a cache hit would change the prefill shape of a request);
+- prefill and decode attention run on FlashInfer;
+- SGLang's batch-invariant ops (``--enable-deterministic-inference``) stay off;
+- no feature that splits, reshapes or redistributes a batch (speculative
+  decoding, DP attention, PD disaggregation, pipeline parallelism, two-batch
+  overlap) and no TP > 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable
+
+#: N when ``--max-running-requests`` is not given.
+DEFAULT_MAX_RUNNING_REQUESTS = 256
+
+#: The only attention backend whose decode path runs without split-KV here.
+ATTENTION_BACKEND = "flashinfer"
+
+#: Requests per prefill (extend) batch.
+PREFILL_REQUESTS_PER_BATCH = 1
+
+#: ``--random-seed`` when not given: derived seeds of unseeded requests must
+#: survive a restart, which SGLang's default (a fresh random seed) would break.
+DEFAULT_RANDOM_SEED = 0
+
+
+class CorunConfigError(ValueError):
+    """Options that break the CoRun contract; the message names each and its fix."""
+
+    def __init__(self, problems: Iterable[str]):
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(
+            "--corun cannot start with this configuration (it would not be "
+            f"deterministic):\n{lines}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """An option ``--corun`` refuses: ``applies(args)`` is true when it is set."""
+
+    option: str
+    applies: Callable[[Any], bool]
+    why: str
+    fix: str
+
+    def message(self) -> str:
+        return f"{self.option}: {self.why}. Fix: {self.fix}."
+
+
+def _attention_backends_given(args: Any) -> set:
+    return {
+        getattr(args, name, None)
+        for name in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
+    } - {None}
+
+
+def _decode_graph_json(args: Any) -> dict:
+    cfg = getattr(args, "cuda_graph_config", None)
+    if cfg is None:
+        return {}
+    if isinstance(cfg, dict):
+        return dict(cfg.get("decode") or {})
+    if hasattr(cfg, "to_dict"):
+        return dict(cfg.to_dict().get("decode") or {})
+    return {}
+
+
+def _decode_sizes_conflict(args: Any) -> bool:
+    n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
+    given = [
+        ("bs", args.cuda_graph_bs_decode),
+        ("max_bs", args.cuda_graph_max_bs_decode),
+        ("bs", _decode_graph_json(args).get("bs")),
+        ("max_bs", _decode_graph_json(args).get("max_bs")),
+    ]
+    for key, value in given:
+        if value is None:
+            continue
+        if key == "bs" and list(value) != [n]:
+            return True
+        if key == "max_bs" and value != n:
+            return True
+    return False
+
+
+def _decode_graph_off(args: Any) -> bool:
+    backend = args.cuda_graph_backend_decode or _decode_graph_json(args).get("backend")
+    return bool(
+        getattr(args, "disable_cuda_graph", False)
+        or args.disable_decode_cuda_graph
+        or (backend is not None and backend != "full")
+    )
+
+
+REFUSALS: tuple[Refusal, ...] = (
+    Refusal(
+        "--enable-deterministic-inference",
+        lambda a: bool(a.enable_deterministic_inference),
+        "SGLang's batch-invariant mode and --corun are alternative ways to determinism; "
+        "--corun replaces the slow batch-invariant kernels and cannot run on top of them",
+        "pass only one of --corun and --enable-deterministic-inference",
+    ),
+    Refusal(
+        "--rl-on-policy-target",
+        lambda a: a.rl_on_policy_target is not None,
+        "it switches on SGLang's batch-invariant mode (--enable-deterministic-inference)",
+        "drop --rl-on-policy-target, or drop --corun",
+    ),
+    Refusal(
+        "--enable-mixed-chunk",
+        lambda a: bool(a.enable_mixed_chunk),
+        "mixed chunk puts prefill tokens into decode batches, so a decode step's shape "
+        "would depend on which prompts arrive",
+        "remove --enable-mixed-chunk",
+    ),
+    Refusal(
+        "--speculative-algorithm",
+        lambda a: a.speculative_algorithm is not None,
+        "speculative decoding verifies a data-dependent number of tokens per step, "
+        "so decode shapes vary with co-runners",
+        "remove the --speculative-* options",
+    ),
+    Refusal(
+        "--enable-dp-attention / --dp-size",
+        lambda a: bool(a.enable_dp_attention) or (a.dp_size or 1) > 1,
+        "data-parallel attention redistributes requests across ranks, so a request's "
+        "batch depends on the other requests",
+        "remove --enable-dp-attention and use --dp-size 1 (run independent servers instead)",
+    ),
+    Refusal(
+        "--disaggregation-mode",
+        lambda a: (a.disaggregation_mode or "null") != "null",
+        "PD disaggregation is not covered by the CoRun contract yet",
+        "run a single colocated server (--disaggregation-mode null)",
+    ),
+    Refusal(
+        "--pp-size",
+        lambda a: (a.pp_size or 1) > 1,
+        "pipeline parallelism interleaves micro-batches whose shapes depend on co-runners",
+        "use --pp-size 1",
+    ),
+    Refusal(
+        "--tp-size",
+        lambda a: (a.tp_size or 1) > 1,
+        "TP > 1 needs a fixed-order all-reduce, which --corun does not provide yet",
+        "use --tp-size 1",
+    ),
+    Refusal(
+        "--enable-two-batch-overlap / --enable-single-batch-overlap",
+        lambda a: bool(a.enable_two_batch_overlap) or bool(a.enable_single_batch_overlap),
+        "batch overlap splits a batch into micro-batches whose sizes depend on co-runners",
+        "remove the batch-overlap options",
+    ),
+    Refusal(
+        "--disable-cuda-graph / --disable-decode-cuda-graph / --cuda-graph-backend-decode",
+        _decode_graph_off,
+        "fixed-shape decode replays one full CUDA graph of size N every step; eager decode "
+        "would run at the batch's own size",
+        "keep the decode CUDA graph on (backend 'full')",
+    ),
+    Refusal(
+        "--disable-cuda-graph-padding",
+        lambda a: bool(a.disable_cuda_graph_padding),
+        "a decode batch smaller than N must be padded to N and replay the one graph",
+        "remove --disable-cuda-graph-padding",
+    ),
+    Refusal(
+        "--cuda-graph-bs-decode / --cuda-graph-max-bs-decode",
+        _decode_sizes_conflict,
+        "--corun captures exactly one decode graph, of size N = --max-running-requests",
+        "drop the decode graph sizes, or set them to exactly N",
+    ),
+    Refusal(
+        "--prefill-max-requests",
+        lambda a: a.prefill_max_requests not in (None, PREFILL_REQUESTS_PER_BATCH),
+        "isolated prefill runs exactly one request per prefill batch",
+        "drop --prefill-max-requests (or set it to 1)",
+    ),
+    Refusal(
+        "--enable-pdmux",
+        lambda a: bool(a.enable_pdmux),
+        "prefill-decode multiplexing runs prefill and decode on split streams with "
+        "their own graphs",
+        "remove --enable-pdmux",
+    ),
+    Refusal(
+        "--attention-backend / --prefill-attention-backend / --decode-attention-backend",
+        lambda a: bool(_attention_backends_given(a) - {ATTENTION_BACKEND}),
+        "only FlashInfer's decode attention has been made free of split-KV under --corun",
+        f"use --attention-backend {ATTENTION_BACKEND} (or leave it unset)",
+    ),
+)
+
+
+def refusals(args: Any) -> list[str]:
+    """Messages for every option in ``args`` that ``--corun`` refuses (empty when none)."""
+    return [r.message() for r in REFUSALS if r.applies(args)]
+
+
+def defaults(args: Any) -> dict[str, Any]:
+    """The option values ``--corun`` sets before SGLang resolves the rest.
+
+    Only options the user left open are chosen; options the user set in a way
+    that conflicts are reported by ``refusals()`` instead.
+    """
+    n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
+    return {
+        "max_running_requests": n,
+        "cuda_graph_bs_decode": [n],
+        "cuda_graph_max_bs_decode": n,
+        "prefill_max_requests": PREFILL_REQUESTS_PER_BATCH,
+        "disable_radix_cache": True,
+        "attention_backend": ATTENTION_BACKEND,
+        "random_seed": DEFAULT_RANDOM_SEED if args.random_seed is None else args.random_seed,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class CorunConfig:
+    """The resolved shape configuration of a ``--corun`` server."""
+
+    decode_batch_size: int
+    prefill_requests_per_batch: int
+    chunked_prefill_size: int | None
+    page_size: int
+    attention_backend: str
+    sampling_backend: str | None
+    random_seed: int | None
+
+    def summary(self) -> str:
+        """One log line with every shape decision."""
+        return (
+            f"corun: decode graph bs=[{self.decode_batch_size}] (padded, single graph), "
+            f"prefill {self.prefill_requests_per_batch} request/batch, "
+            f"chunked_prefill_size={self.chunked_prefill_size}, page_size={self.page_size}, "
+            f"attention={self.attention_backend} (no split-KV decode), "
+            f"sampling={self.sampling_backend}, random_seed={self.random_seed}, "
+            "radix_cache=off, mixed_chunk=off, batch_invariant_ops=off"
+        )
+
+
+def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
+    """Contract violations in a *resolved* configuration.
+
+    SGLang's own resolution may rewrite options after ``defaults()`` (a model
+    override, a platform fallback); this is the check that nothing it did
+    breaks the invariants in the module docstring. ``attention_backends`` is
+    SGLang's resolved (prefill, decode) pair.
+    """
+    problems = refusals(args)
+    n = args.max_running_requests
+    graph = args.cuda_graph_config.decode
+    if graph.backend != "full":
+        problems.append(f"decode CUDA graph resolved to backend '{graph.backend}', not 'full'")
+    if list(graph.bs or []) != [n]:
+        problems.append(f"decode CUDA graph sizes resolved to {graph.bs}, not [{n}]")
+    if args.prefill_max_requests != PREFILL_REQUESTS_PER_BATCH:
+        problems.append(
+            f"prefill_max_requests resolved to {args.prefill_max_requests}, not "
+            f"{PREFILL_REQUESTS_PER_BATCH}"
+        )
+    if not args.disable_radix_cache:
+        problems.append("the radix cache is on; --corun needs it off (--disable-radix-cache)")
+    if tuple(attention_backends) != (ATTENTION_BACKEND, ATTENTION_BACKEND):
+        problems.append(
+            f"attention resolved to (prefill, decode) = {tuple(attention_backends)}, "
+            f"not {ATTENTION_BACKEND} for both; pass --attention-backend {ATTENTION_BACKEND}"
+        )
+    return problems
+
+
+def resolve(args: Any, attention_backends: tuple[str, str]) -> CorunConfig:
+    """The frozen configuration of a resolved ``args``; raises ``CorunConfigError`` if any check fails."""
+    problems = violations(args, attention_backends)
+    if problems:
+        raise CorunConfigError(problems)
+    return CorunConfig(
+        decode_batch_size=args.max_running_requests,
+        prefill_requests_per_batch=PREFILL_REQUESTS_PER_BATCH,
+        chunked_prefill_size=args.chunked_prefill_size,
+        page_size=args.page_size,
+        attention_backend=ATTENTION_BACKEND,
+        sampling_backend=args.sampling_backend,
+        random_seed=args.random_seed,
+    )

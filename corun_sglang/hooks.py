@@ -1,0 +1,104 @@
+"""Every SGLang hook target of corun-sglang, named once.
+
+``register()`` hands them to SGLang's ``HookRegistry`` (it runs from the
+``sglang.srt.plugins`` entry point in the server and in every scheduler
+subprocess). SGLang's loader only logs a target it cannot resolve, so
+``unhooked()`` re-checks, in the calling process, that each target now
+carries its adapter; ``--corun`` refuses to start otherwise.
+
+Each adapter is a pass-through unless the server runs with ``--corun``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pkgutil
+
+from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+
+@dataclasses.dataclass(frozen=True)
+class Hook:
+    target: str  # dotted path in SGLang 0.5.17
+    kind: HookType
+    adapter: str  # "module:attribute" of the hook callable or replacement class
+    patch: str | None = None  # number of the patch that creates the target, if any
+
+    def load(self):
+        return pkgutil.resolve_name(self.adapter)
+
+
+HOOKS: tuple[Hook, ...] = (
+    Hook(
+        "sglang.srt.server_args.ServerArgs",
+        HookType.REPLACE,
+        "corun_sglang.server_args:CorunServerArgs",
+    ),
+    Hook(
+        "sglang.srt.entrypoints.engine.Engine.server_args_class",
+        HookType.REPLACE,
+        "corun_sglang.server_args:CorunServerArgs",
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler.Scheduler.__init__",
+        HookType.AROUND,
+        "corun_sglang.adapters:scheduler_init",
+    ),
+    Hook(
+        "sglang.srt.managers.schedule_policy.PrefillAdder.chunked_req_token_budget",
+        HookType.AROUND,
+        "corun_sglang.adapters:chunked_req_token_budget",
+        patch="0001",
+    ),
+)
+
+
+def register() -> None:
+    """Register every hook with SGLang's registry (applied by ``load_plugins``).
+
+    Idempotent: a hook already registered is not registered again. A hook
+    whose target a patch creates is left out while that patch is not applied
+    (the ``--corun`` startup check then names the patch to apply).
+    """
+    from corun_sglang import patches
+
+    absent = {name[:4] for name in patches.missing()}
+    for hook in HOOKS:
+        if hook.patch in absent:
+            continue
+        adapter = hook.load()
+        registered = HookRegistry._hooks.get(hook.target, ())
+        if any(kind is hook.kind and fn is adapter for kind, fn, _ in registered):
+            continue
+        HookRegistry.register(hook.target, adapter, hook.kind)
+
+
+def _carries(obj, adapter) -> bool:
+    """Whether ``obj`` is ``adapter`` or a registry wrapper chain that calls it."""
+    seen = set()
+    while obj is not None and id(obj) not in seen:
+        seen.add(id(obj))
+        if obj is adapter:
+            return True
+        for cell in getattr(obj, "__closure__", None) or ():
+            try:
+                if cell.cell_contents is adapter:
+                    return True
+            except ValueError:  # empty cell
+                continue
+        obj = getattr(obj, "__wrapped__", None)
+    return False
+
+
+def unhooked(selected: tuple[Hook, ...] | None = None) -> list[str]:
+    """Targets (default: all of ``HOOKS``) that do not carry their adapter in this process."""
+    problems = []
+    for hook in HOOKS if selected is None else selected:
+        try:
+            current = pkgutil.resolve_name(hook.target)
+        except (ImportError, AttributeError) as exc:
+            problems.append(f"{hook.target}: not found in this SGLang ({exc})")
+            continue
+        if not _carries(current, hook.load()):
+            problems.append(f"{hook.target}: resolved but not hooked")
+    return problems

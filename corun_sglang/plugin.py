@@ -1,0 +1,13 @@
+"""Entry point of the ``sglang.srt.plugins`` group.
+
+SGLang calls ``register()`` in every process that loads plugins (the server,
+``sgl.Engine`` and each scheduler subprocess) and applies the registered
+hooks right after. Registering is all it does: every hook is a pass-through
+until a server runs with ``--corun``.
+"""
+
+from corun_sglang import hooks
+
+
+def register() -> None:
+    hooks.register()

@@ -1,0 +1,57 @@
+"""``ServerArgs`` with a ``corun`` field: the one switch, wherever a user sets options.
+
+Registered as a class replacement of ``sglang.srt.server_args.ServerArgs``, so
+the flag reaches every entry point through SGLang's own machinery: the CLI
+(``python -m sglang.launch_server --corun``, ``sglang serve --corun``) and
+``--config`` YAML (``corun: true``) through the dataclass-derived argparse
+options, ``sgl.Engine(corun=True)`` through the dataclass constructor,
+``/server_info`` through ``dataclasses.asdict``, and every scheduler
+subprocess through pickling.
+
+With ``corun`` false, ``__post_init__`` is SGLang's, unchanged. With it true,
+the CoRun options are chosen before SGLang resolves the rest, and the resolved
+result is checked: anything that breaks the contract raises
+``CorunConfigError`` before any model weights load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from sglang.srt.arg_groups.arg_utils import A
+from sglang.srt.server_args import ServerArgs as SGLangServerArgs
+
+from corun_sglang import config
+from corun_sglang.startup import problems as startup_problems
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class CorunServerArgs(SGLangServerArgs):
+    corun: A[
+        bool,
+        "Deterministic serving (corun-sglang): a request's tokens and logprobs are "
+        "bitwise identical whatever its co-runners, batch position and arrival order. "
+        "Isolated prefill, fixed-shape decode (N = --max-running-requests, default 256), "
+        "decode attention without split-KV and request-bound sampling RNG.",
+    ] = False
+
+    def __post_init__(self):
+        if not self.corun:
+            super().__post_init__()
+            return
+        problems = startup_problems() + config.refusals(self)
+        if problems:
+            raise config.CorunConfigError(problems)
+        for name, value in config.defaults(self).items():
+            setattr(self, name, value)
+        super().__post_init__()
+        self._corun_config = config.resolve(self, self.get_attention_backends())
+        logger.info(self._corun_config.summary())
+
+    @property
+    def corun_config(self) -> config.CorunConfig:
+        """The resolved CoRun configuration (only with ``corun`` true)."""
+        return self._corun_config

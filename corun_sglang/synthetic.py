@@ -1,0 +1,150 @@
+"""Seeded random-normal Qwen3 checkpoints for GPU tests and benchmarks.
+
+SGLang's ``--load-format dummy`` fills every weight with uniform(-1e-3, 1e-3):
+the logits come out nearly flat and batch-dependent numerics never reach the
+tokens or logprobs, so a determinism test on such weights proves nothing.
+These checkpoints draw linear weights from N(0, 0.02), embeddings from
+N(0, 1), norms from 1 + 0.1 N(0, 1) and the LM head from N(0, 0.05), from a
+seeded generator, so the same (shape, seed) gives the same files and logits
+with real spread.
+
+Usage (on the GPU host): ``python -m corun_sglang.synthetic DEST --shape qwen3-8b``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+SHAPES: dict[str, dict] = {
+    # Qwen3-8B's architecture.
+    "qwen3-8b": dict(
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+    ),
+    # A few layers of the same width as Qwen3-1.7B: quick to write and start.
+    "qwen3-small": dict(
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_hidden_layers=4,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+    ),
+    # For CPU tests of this module.
+    "qwen3-tiny": dict(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        vocab_size=1024,
+    ),
+}
+
+COMMON = dict(
+    architectures=["Qwen3ForCausalLM"],
+    model_type="qwen3",
+    max_position_embeddings=40960,
+    rms_norm_eps=1e-6,
+    rope_theta=1000000.0,
+    rope_scaling=None,
+    torch_dtype="bfloat16",
+    tie_word_embeddings=False,
+    hidden_act="silu",
+    attention_bias=False,
+    attention_dropout=0.0,
+    bos_token_id=151643,
+    eos_token_id=151645,
+    use_sliding_window=False,
+    sliding_window=None,
+)
+
+LINEAR_STD, EMBED_STD, NORM_STD, LM_HEAD_STD = 0.02, 1.0, 0.1, 0.05
+
+
+def hf_config(shape: str) -> dict:
+    return {**COMMON, **SHAPES[shape]}
+
+
+def _layer_shapes(cfg: dict, i: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    h, inter, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    p = f"model.layers.{i}."
+    return {
+        p + "input_layernorm.weight": ((h,), "norm"),
+        p + "post_attention_layernorm.weight": ((h,), "norm"),
+        p + "self_attn.q_proj.weight": ((q, h), "linear"),
+        p + "self_attn.k_proj.weight": ((kv, h), "linear"),
+        p + "self_attn.v_proj.weight": ((kv, h), "linear"),
+        p + "self_attn.o_proj.weight": ((h, q), "linear"),
+        p + "self_attn.q_norm.weight": ((hd,), "norm"),
+        p + "self_attn.k_norm.weight": ((hd,), "norm"),
+        p + "mlp.gate_proj.weight": ((inter, h), "linear"),
+        p + "mlp.up_proj.weight": ((inter, h), "linear"),
+        p + "mlp.down_proj.weight": ((h, inter), "linear"),
+    }
+
+
+def _draw(shape, kind, gen, device):
+    import torch
+
+    x = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
+    if kind == "norm":
+        x = 1.0 + NORM_STD * x
+    else:
+        x = x * {"linear": LINEAR_STD, "embed": EMBED_STD, "lm_head": LM_HEAD_STD}[kind]
+    return x.to(torch.bfloat16).cpu()
+
+
+def write_checkpoint(dest: str | Path, shape: str = "qwen3-small", seed: int = 0, device: str = "cuda") -> Path:
+    """Write ``config.json`` and safetensors shards (one per layer) for ``shape`` into ``dest``."""
+    import torch
+    from safetensors.torch import save_file
+
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    cfg = hf_config(shape)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    h, v = cfg["hidden_size"], cfg["vocab_size"]
+    shards: list[dict[str, tuple[tuple[int, ...], str]]] = [
+        {"model.embed_tokens.weight": ((v, h), "embed")}
+    ]
+    shards += [_layer_shapes(cfg, i) for i in range(cfg["num_hidden_layers"])]
+    shards.append({"model.norm.weight": ((h,), "norm"), "lm_head.weight": ((v, h), "lm_head")})
+    weight_map = {}
+    for k, shard in enumerate(shards):
+        name = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
+        tensors = {key: _draw(s, kind, gen, device) for key, (s, kind) in shard.items()}
+        save_file(tensors, str(dest / name), metadata={"format": "pt"})
+        weight_map.update({key: name for key in tensors})
+    (dest / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1)
+    )
+    (dest / "config.json").write_text(json.dumps(cfg, indent=1))
+    (dest / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"]})
+    )
+    return dest
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dest")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-small")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args(argv)
+    print(write_checkpoint(args.dest, args.shape, args.seed, args.device))
+
+
+if __name__ == "__main__":
+    main()

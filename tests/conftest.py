@@ -1,0 +1,64 @@
+"""Shared fixtures: SGLang's plugins loaded once, and a tiny Qwen3 model folder.
+
+The CPU tier drives the real SGLang 0.5.17 classes. SGLang resolves options
+for an accelerator, so the tests pass ``device="cuda"`` explicitly (nothing
+touches a GPU: resolution reads the model config and the options only).
+"""
+
+import json
+
+import pytest
+
+TINY_QWEN3 = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "num_hidden_layers": 2,
+    "vocab_size": 1024,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-qwen3")
+    (folder / "config.json").write_text(json.dumps(TINY_QWEN3))
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def sglang_plugins():
+    """SGLang's plugin loader run once, as every SGLang entry point does."""
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+
+
+@pytest.fixture(scope="session")
+def server_args_cls(sglang_plugins):
+    """The ``ServerArgs`` class SGLang uses after its plugins loaded."""
+    from sglang.srt import server_args
+
+    return server_args.ServerArgs
+
+
+@pytest.fixture
+def make_args(server_args_cls, tiny_model):
+    def make(**kwargs):
+        kwargs.setdefault("model_path", tiny_model)
+        kwargs.setdefault("device", "cuda")
+        return server_args_cls(**kwargs)
+
+    return make

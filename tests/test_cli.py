@@ -1,0 +1,58 @@
+"""The commands a user types: SGLang's launchers with --corun, and corun-sglang itself."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(*argv, timeout=600):
+    return subprocess.run(
+        list(argv), capture_output=True, text=True, timeout=timeout, env=dict(os.environ)
+    )
+
+
+def test_launch_server_help_lists_corun():
+    out = run(sys.executable, "-m", "sglang.launch_server", "--help")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "--corun" in out.stdout
+
+
+def test_launch_server_refuses_mixed_chunk_before_loading_a_model(tiny_model):
+    out = run(
+        sys.executable, "-m", "sglang.launch_server",
+        "--model-path", tiny_model, "--device", "cuda", "--corun", "--enable-mixed-chunk",
+    )
+    assert out.returncode != 0
+    assert "CorunConfigError" in out.stderr and "--enable-mixed-chunk" in out.stderr
+    assert "Load weight" not in out.stderr + out.stdout
+
+
+def test_sglang_serve_reads_corun_from_yaml(tiny_model, tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("corun: true\nenable-mixed-chunk: true\ndevice: cuda\n")
+    sglang = Path(sys.executable).with_name("sglang")
+    out = run(str(sglang), "serve", "--model-path", tiny_model, "--config", str(cfg))
+    assert out.returncode != 0
+    assert "CorunConfigError" in out.stderr and "--enable-mixed-chunk" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [str(Path(sys.executable).with_name("corun-sglang")), "apply-patches", "--check"],
+        ["bash", str(REPO / "scripts" / "apply_patches.sh"), "--check"],
+    ],
+    ids=["corun-sglang", "apply_patches.sh"],
+)
+def test_patch_commands_report_the_installed_series(command):
+    out = subprocess.run(
+        command, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0001-" in out.stdout and "applied" in out.stdout

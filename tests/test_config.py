@@ -1,0 +1,128 @@
+"""``config``: what --corun refuses, sets and accepts, on SGLang's own option set."""
+
+import dataclasses
+import types
+
+import pytest
+
+from corun_sglang import config
+
+
+def user_args(**given):
+    """Options as a user hands them to SGLang: the ServerArgs defaults plus ``given``."""
+    from sglang.srt.server_args import ServerArgs
+
+    base = ServerArgs.__mro__[0]
+    while "corun" in {f.name for f in dataclasses.fields(base)}:
+        base = base.__mro__[1]
+    values = {}
+    for f in dataclasses.fields(base):
+        if f.default is not dataclasses.MISSING:
+            values[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            values[f.name] = f.default_factory()
+    unknown = set(given) - set(values)
+    assert not unknown, f"not SGLang options: {unknown}"
+    values.update(given)
+    return types.SimpleNamespace(**values)
+
+
+def test_sglang_defaults_are_accepted():
+    assert config.refusals(user_args()) == []
+
+
+REFUSED = [
+    ({"enable_deterministic_inference": True}, "--enable-deterministic-inference"),
+    ({"rl_on_policy_target": "fsdp"}, "--rl-on-policy-target"),
+    ({"enable_mixed_chunk": True}, "--enable-mixed-chunk"),
+    ({"speculative_algorithm": "EAGLE"}, "--speculative-algorithm"),
+    ({"enable_dp_attention": True}, "--enable-dp-attention"),
+    ({"dp_size": 2}, "--dp-size"),
+    ({"disaggregation_mode": "prefill"}, "--disaggregation-mode"),
+    ({"pp_size": 2}, "--pp-size"),
+    ({"tp_size": 2}, "--tp-size"),
+    ({"enable_two_batch_overlap": True}, "--enable-two-batch-overlap"),
+    ({"disable_cuda_graph": True}, "--disable-cuda-graph"),
+    ({"disable_decode_cuda_graph": True}, "--disable-decode-cuda-graph"),
+    ({"cuda_graph_backend_decode": "breakable"}, "--cuda-graph-backend-decode"),
+    ({"cuda_graph_config": {"decode": {"backend": "disabled"}}}, "--cuda-graph-backend-decode"),
+    ({"disable_cuda_graph_padding": True}, "--disable-cuda-graph-padding"),
+    ({"cuda_graph_bs_decode": [1, 2, 4]}, "--cuda-graph-bs-decode"),
+    ({"cuda_graph_max_bs_decode": 64}, "--cuda-graph-max-bs-decode"),
+    ({"prefill_max_requests": 4}, "--prefill-max-requests"),
+    ({"enable_pdmux": True}, "--enable-pdmux"),
+    ({"attention_backend": "fa3"}, "--attention-backend"),
+    ({"decode_attention_backend": "triton"}, "--decode-attention-backend"),
+]
+
+
+@pytest.mark.parametrize("given,flag", REFUSED, ids=[f for _, f in REFUSED])
+def test_each_refused_option_is_named_with_a_fix(given, flag):
+    found = config.refusals(user_args(**given))
+    assert len(found) == 1, found
+    assert flag in found[0] and "Fix:" in found[0]
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"attention_backend": "flashinfer"},
+        {"max_running_requests": 64, "cuda_graph_bs_decode": [64]},
+        {"max_running_requests": 64, "cuda_graph_max_bs_decode": 64},
+        {"cuda_graph_bs_decode": [256]},
+        {"prefill_max_requests": 1},
+        {"cuda_graph_backend_decode": "full"},
+    ],
+)
+def test_options_that_agree_with_corun_are_accepted(given):
+    assert config.refusals(user_args(**given)) == []
+
+
+def test_error_lists_every_problem():
+    err = config.CorunConfigError(config.refusals(user_args(enable_mixed_chunk=True, tp_size=2)))
+    assert "--enable-mixed-chunk" in str(err) and "--tp-size" in str(err)
+    assert len(err.problems) == 2
+
+
+def test_defaults_fix_one_decode_shape_and_isolated_prefill():
+    chosen = config.defaults(user_args())
+    assert chosen["max_running_requests"] == config.DEFAULT_MAX_RUNNING_REQUESTS == 256
+    assert chosen["cuda_graph_bs_decode"] == [256]
+    assert chosen["cuda_graph_max_bs_decode"] == 256
+    assert chosen["prefill_max_requests"] == 1
+    assert chosen["disable_radix_cache"] is True
+    assert chosen["attention_backend"] == "flashinfer"
+    assert chosen["random_seed"] == config.DEFAULT_RANDOM_SEED
+
+
+def test_defaults_take_n_and_seed_from_the_user():
+    chosen = config.defaults(user_args(max_running_requests=48, random_seed=7))
+    assert chosen["max_running_requests"] == 48
+    assert chosen["cuda_graph_bs_decode"] == [48]
+    assert chosen["random_seed"] == 7
+
+
+def test_violations_catch_a_resolution_that_breaks_the_contract(make_args):
+    resolved = make_args(random_seed=1)  # default SGLang resolution
+    found = config.violations(resolved, resolved.get_attention_backends())
+    text = "\n".join(found)
+    assert "decode CUDA graph sizes" in text
+    assert "radix cache" in text
+    assert "prefill_max_requests" in text
+    assert "attention resolved" in text
+    with pytest.raises(config.CorunConfigError):
+        config.resolve(resolved, resolved.get_attention_backends())
+
+
+def test_summary_is_one_line():
+    cfg = config.CorunConfig(
+        decode_batch_size=256,
+        prefill_requests_per_batch=1,
+        chunked_prefill_size=8192,
+        page_size=1,
+        attention_backend="flashinfer",
+        sampling_backend="pytorch",
+        random_seed=0,
+    )
+    line = cfg.summary()
+    assert "\n" not in line and "bs=[256]" in line and "prefill 1 request/batch" in line

@@ -1,0 +1,147 @@
+"""``--corun`` through every way a user sets SGLang options, on the real ServerArgs."""
+
+import dataclasses
+import multiprocessing
+import pickle
+
+import pytest
+
+from corun_sglang import config
+from corun_sglang.server_args import CorunServerArgs
+
+
+@pytest.fixture
+def parse(sglang_plugins, tiny_model):
+    from sglang.srt.server_args import prepare_server_args
+
+    def run(*argv):
+        return prepare_server_args(["--model-path", tiny_model, "--device", "cuda", *argv])
+
+    return run
+
+
+def test_sglang_uses_the_corun_server_args(server_args_cls):
+    from sglang.srt.entrypoints.engine import Engine
+
+    assert server_args_cls is CorunServerArgs
+    assert Engine.server_args_class is CorunServerArgs
+
+
+def test_cli_flag_resolves_the_corun_configuration(parse):
+    args = parse("--corun")
+    assert args.corun is True
+    cfg = args.corun_config
+    assert cfg.decode_batch_size == 256 == args.max_running_requests
+    assert args.cuda_graph_config.decode.backend == "full"
+    assert args.cuda_graph_config.decode.bs == [256]
+    assert args.prefill_max_requests == 1
+    assert args.disable_radix_cache is True
+    assert args.enable_mixed_chunk is False
+    assert args.get_attention_backends() == ("flashinfer", "flashinfer")
+    assert args.enable_deterministic_inference is False  # batch-invariant ops stay off
+    assert args.random_seed == config.DEFAULT_RANDOM_SEED
+
+
+def test_n_is_max_running_requests(parse):
+    args = parse("--corun", "--max-running-requests", "48")
+    assert args.corun_config.decode_batch_size == 48
+    assert args.cuda_graph_config.decode.bs == [48]
+
+
+def test_without_the_flag_corun_is_off(parse):
+    args = parse()
+    assert args.corun is False
+    assert len(args.cuda_graph_config.decode.bs) > 1  # SGLang's own graph sizes
+
+
+def test_yaml_config(parse, tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("corun: true\nmax-running-requests: 32\n")
+    args = parse("--config", str(cfg))
+    assert args.corun is True and args.corun_config.decode_batch_size == 32
+
+
+def test_yaml_config_refusal(parse, tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("corun: true\nenable-mixed-chunk: true\n")
+    with pytest.raises(config.CorunConfigError, match="--enable-mixed-chunk"):
+        parse("--config", str(cfg))
+
+
+def test_engine_kwargs(sglang_plugins, tiny_model):
+    """``sgl.Engine(corun=True)`` resolves CoRun options and refuses bad ones before any process starts."""
+    import sglang as sgl
+
+    with pytest.raises(config.CorunConfigError, match="--enable-mixed-chunk"):
+        sgl.Engine(model_path=tiny_model, device="cuda", corun=True, enable_mixed_chunk=True)
+    args = sgl.Engine.server_args_class(model_path=tiny_model, device="cuda", corun=True)
+    assert args.corun_config.decode_batch_size == 256
+
+
+@pytest.mark.parametrize(
+    "argv,flag",
+    [
+        (["--enable-mixed-chunk"], "--enable-mixed-chunk"),
+        (["--speculative-algorithm", "EAGLE"], "--speculative-algorithm"),
+        (["--enable-dp-attention", "--dp-size", "2"], "--enable-dp-attention"),
+        (["--disaggregation-mode", "prefill"], "--disaggregation-mode"),
+        (["--pp-size", "2"], "--pp-size"),
+        (["--disable-cuda-graph"], "--disable-cuda-graph"),
+        (["--attention-backend", "fa3"], "--attention-backend"),
+        (["--enable-deterministic-inference"], "--enable-deterministic-inference"),
+        (["--tp-size", "2"], "--tp-size"),
+    ],
+)
+def test_refused_cli_options(parse, argv, flag):
+    with pytest.raises(config.CorunConfigError, match=flag):
+        parse("--corun", *argv)
+
+
+def test_server_info_reports_corun(parse):
+    # /server_info serialises the server args with dataclasses.asdict
+    assert dataclasses.asdict(parse("--corun"))["corun"] is True
+    assert dataclasses.asdict(parse())["corun"] is False
+
+
+def _child_reads(args, queue):
+    queue.put((args.corun, args.corun_config))
+
+
+def test_scheduler_subprocesses_see_the_flag(parse):
+    """Scheduler processes are spawned with pickled server args, as SGLang does."""
+    args = parse("--corun", "--max-running-requests", "16")
+    assert pickle.loads(pickle.dumps(args)).corun_config == args.corun_config
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_reads, args=(args, queue))
+    child.start()
+    corun, cfg = queue.get(timeout=300)
+    child.join(timeout=60)
+    assert corun is True and cfg == args.corun_config
+
+
+FLAG_SETS = [
+    [],
+    ["--max-running-requests", "64"],
+    ["--enable-mixed-chunk", "--chunked-prefill-size", "512"],
+    ["--disable-radix-cache", "--attention-backend", "flashinfer", "--cuda-graph-max-bs", "32"],
+    ["--enable-deterministic-inference"],
+    ["--sampling-backend", "pytorch", "--prefill-max-requests", "4"],
+]
+
+
+@pytest.mark.parametrize("argv", FLAG_SETS, ids=[" ".join(a) or "defaults" for a in FLAG_SETS])
+def test_without_corun_resolution_is_sglangs_own(sglang_plugins, tiny_model, argv):
+    """The package installed, no --corun: every resolved option equals plain SGLang's."""
+    import argparse
+
+    sglang_cls = CorunServerArgs.__mro__[1]
+    parser = argparse.ArgumentParser()
+    CorunServerArgs.add_cli_args(parser)
+    ns = parser.parse_args(
+        ["--model-path", tiny_model, "--device", "cuda", "--random-seed", "3", *argv]
+    )
+    ours = dataclasses.asdict(CorunServerArgs.from_cli_args(ns))
+    theirs = dataclasses.asdict(sglang_cls.from_cli_args(ns))
+    assert ours.pop("corun") is False
+    assert ours == theirs

@@ -1,0 +1,51 @@
+"""``startup``: the fail-closed check names each cause and its fix."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from corun_sglang import patches, startup
+
+
+def test_ready_environment_has_no_problems(sglang_plugins):
+    assert startup.problems() == []
+    startup.check_startup()
+
+
+def test_missing_patch_names_the_command(sglang_plugins, tmp_path):
+    root = patches.sglang_root()
+    for patch in patches.series():
+        for rel in patch.files():
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            text = (root / rel).read_text().replace(patch.marker, "")
+            (tmp_path / rel).write_text(text)
+    (problem,) = startup.problems(sglang_root=tmp_path)
+    assert "0001" in problem and "corun-sglang apply-patches" in problem
+    with pytest.raises(startup.CorunStartupError, match="apply-patches"):
+        startup.check_startup(sglang_root=tmp_path)
+
+
+def test_corun_refuses_to_start_when_a_hook_is_missing(sglang_plugins, make_args, monkeypatch):
+    from corun_sglang import config, hooks
+
+    stray = hooks.Hook(
+        "sglang.srt.managers.scheduler.Scheduler.event_loop_normal",
+        hooks.HookType.AROUND,
+        "corun_sglang.adapters:scheduler_init",
+    )
+    monkeypatch.setattr(hooks, "HOOKS", hooks.HOOKS + (stray,))
+    with pytest.raises(config.CorunConfigError, match="event_loop_normal: resolved but not hooked"):
+        make_args(corun=True)
+    make_args()  # without --corun nothing is checked
+
+
+def test_other_sglang_version_is_refused(monkeypatch):
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: "0.5.18" if name == "sglang" else real(name)
+    )
+    (problem,) = startup.problems()
+    assert "0.5.18" in problem and "pip install sglang==0.5.17" in problem
