@@ -1,21 +1,44 @@
-"""Thin hook adapters: each checks ``--corun`` and hands the decision to a pure policy.
+"""Thin hook adapters: each checks ``--corun`` and hands the decision to a pure function.
 
 Every adapter here is named in ``hooks.HOOKS`` and is a pass-through when the
-server runs without ``--corun``.
+server runs without ``--corun``. Decisions live in ``policy`` (scheduling) and
+``rng`` (seeds and sampling); adapters only read SGLang state and act.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 
-from corun_sglang import policy
+from corun_sglang import policy, rng
 from corun_sglang.startup import check_startup
 
 logger = logging.getLogger(__name__)
 
 
+class CorunContractError(RuntimeError):
+    """SGLang was about to do something that breaks the CoRun contract; this is a bug, never skipped."""
+
+
 def _corun(server_args) -> bool:
     return bool(getattr(server_args, "corun", False))
+
+
+def _server_args():
+    from sglang.srt.runtime_context import get_context
+
+    try:
+        return get_context().server_args
+    except ValueError:  # not published: this process serves nothing
+        return None
+
+
+def _serving_corun() -> bool:
+    """Whether this process serves with ``--corun`` (its published server args say so)."""
+    return _corun(_server_args())
+
+
+# ----------------------------------------------------------------- startup
 
 
 def scheduler_init(original, self, server_args, *args, **kwargs):
@@ -26,14 +49,22 @@ def scheduler_init(original, self, server_args, *args, **kwargs):
     return original(self, server_args, *args, **kwargs)
 
 
-def _serving_corun() -> bool:
-    """Whether this process serves with ``--corun`` (its published server args say so)."""
-    from sglang.srt.runtime_context import get_context
+def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
+    """After the decode CUDA-graph runner is built: it must hold exactly one graph, of size N."""
+    server_args = model_runner.server_args
+    if _corun(server_args):
+        n = server_args.max_running_requests
+        if list(self.capture_bs) != [n]:
+            raise CorunContractError(
+                f"decode CUDA graphs resolved to batch sizes {list(self.capture_bs)}, not [{n}]: "
+                f"the request pool holds {model_runner.req_to_token_pool.size} requests. "
+                f"Fix: lower --max-running-requests to at most that, or give the KV cache "
+                f"more memory (--mem-fraction-static)"
+            )
+    return result
 
-    try:
-        return _corun(get_context().server_args)
-    except ValueError:  # not published: this process serves nothing
-        return False
+
+# ----------------------------------------------------------------- isolated prefill, admission
 
 
 def chunked_req_token_budget(original, self):
@@ -41,3 +72,133 @@ def chunked_req_token_budget(original, self):
     if not _serving_corun():
         return original(self)
     return policy.chunk_budget(self.rem_chunk_tokens)
+
+
+def _reserved(req, page_size: int) -> int:
+    return policy.reserved_tokens(
+        len(req.origin_input_ids), req.sampling_params.max_new_tokens, page_size
+    )
+
+
+def add_one_req(original, self, req, *args, **kwargs):
+    """Admit a waiting request only under full-sequence admission (``policy.admits``)."""
+    if not _serving_corun():
+        return original(self, req, *args, **kwargs)
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    running = [] if self.running_batch is None else list(self.running_batch.reqs)
+    running += [r for r in self.can_run_list if r not in running]
+    if not policy.admits(
+        candidate=_reserved(req, self.page_size),
+        running=[_reserved(r, self.page_size) for r in running],
+        pool_tokens=self.token_to_kv_pool_allocator.size,
+        max_running=self.max_running_requests,
+    ):
+        return AddReqResult.NO_TOKEN
+    return original(self, req, *args, **kwargs)
+
+
+def retract_decode(original, self, server_args, *args, **kwargs):
+    """Decode retraction never runs under ``--corun``: full-sequence admission rules it out."""
+    if _corun(server_args):
+        raise CorunContractError(
+            f"decode retraction was about to run for a batch of {len(self.reqs)} requests "
+            f"(KV available: {self.token_to_kv_pool_allocator.available_size()} tokens). "
+            "Full-sequence admission should make this impossible; please report it"
+        )
+    return original(self, server_args, *args, **kwargs)
+
+
+# ----------------------------------------------------------------- fixed-shape decode
+
+
+def eager_decode(original, self, forward_batch, *args, **kwargs):
+    """A decode step never runs eagerly under ``--corun``: it replays the size-N graph or stops."""
+    if _corun(self.model_runner.server_args):
+        raise CorunContractError(
+            f"a decode step of {forward_batch.batch_size} requests was about to run eagerly "
+            "instead of replaying the size-N CUDA graph"
+        )
+    return original(self, forward_batch, *args, **kwargs)
+
+
+def use_tensor_core(original, *args, **kwargs):
+    """FlashInfer decode on the tensor-core (prefill) kernels: the only decode plan that can turn split-KV off."""
+    if _serving_corun():
+        return True
+    return original(*args, **kwargs)
+
+
+def decode_plan(original, self, *args, **kwargs):
+    """Every FlashInfer decode plan (graph capture, replay, eager) runs without split-KV."""
+    if not _serving_corun():
+        return original(self, *args, **kwargs)
+    bound = inspect.signature(original).bind(self, *args, **kwargs)
+    bound.arguments["fixed_split_size"] = None
+    bound.arguments["disable_split_kv"] = True
+    return original(*bound.args, **bound.kwargs)
+
+
+# ----------------------------------------------------------------- request-bound RNG
+
+
+def _ensure_seed(sampling_params, input_ids, random_seed) -> int:
+    if sampling_params.sampling_seed is None:
+        sampling_params.sampling_seed = rng.request_seed(
+            random_seed, input_ids, rng.params_of(sampling_params)
+        )
+    return sampling_params.sampling_seed
+
+
+def batch_seeds(original, self, batch, vocab_size):
+    """Every row of a ``--corun`` batch carries its request's seed (``rng.request_seed`` if none was given)."""
+    result = original(self, batch, vocab_size)
+    server_args = _server_args()
+    if _corun(server_args):
+        seeds = [
+            _ensure_seed(r.sampling_params, r.origin_input_ids, server_args.random_seed)
+            for r in batch.reqs
+        ]
+        self.sampling_seed = rng.seeds_of(seeds, device=batch.device)
+    return result
+
+
+def _seed_request(manager, tokenized_obj) -> None:
+    import copy
+
+    sp = tokenized_obj.sampling_params
+    if sp is None or not hasattr(sp, "sampling_seed"):
+        return
+    input_ids = list(tokenized_obj.input_ids) if tokenized_obj.input_ids is not None else []
+    logical = manager.child_rid_to_logical_rid.get(tokenized_obj.rid)
+    if logical is None or sp.max_new_tokens == 0:
+        _ensure_seed(sp, input_ids, manager.server_args.random_seed)
+        return
+    # Sample i of an n > 1 request: children share one SamplingParams object, so
+    # each gets its own copy with the child seed derived from (seed, i).
+    counters = manager.__dict__.setdefault("_corun_children", {})
+    index = counters.get(logical, 0)
+    counters[logical] = index + 1
+    if len(counters) > 65536:
+        counters.pop(next(iter(counters)))
+    child = copy.copy(sp)
+    child.sampling_seed = None
+    base = sp.sampling_seed
+    if base is None:
+        base = rng.request_seed(manager.server_args.random_seed, input_ids, rng.params_of(sp))
+    child.sampling_seed = rng.child_seed(base, index)
+    tokenized_obj.sampling_params = child
+
+
+def send_one_request(original, self, tokenized_obj, *args, **kwargs):
+    """Requests leave the tokenizer manager with their seed fixed."""
+    if _corun(self.server_args):
+        _seed_request(self, tokenized_obj)
+    return original(self, tokenized_obj, *args, **kwargs)
+
+
+def send_batch_request(original, self, tokenized_objs, *args, **kwargs):
+    if _corun(self.server_args):
+        for obj in tokenized_objs:
+            _seed_request(self, obj)
+    return original(self, tokenized_objs, *args, **kwargs)

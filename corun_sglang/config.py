@@ -11,6 +11,7 @@ Invariants of a configuration that ``resolve()`` accepts:
 - prefill and decode never share a batch (no mixed chunk), and the radix cache
   is off (a cache hit would change the prefill shape of a request);
 - prefill and decode attention run on FlashInfer;
+- sampling runs on the ``corun`` backend (request-bound random draws);
 - SGLang's batch-invariant ops (``--enable-deterministic-inference``) stay off;
 - no feature that splits, reshapes or redistributes a batch (speculative
   decoding, DP attention, PD disaggregation, pipeline parallelism, two-batch
@@ -27,6 +28,9 @@ DEFAULT_MAX_RUNNING_REQUESTS = 256
 
 #: The only attention backend whose decode path runs without split-KV here.
 ATTENTION_BACKEND = "flashinfer"
+
+#: The sampling backend whose draws are bound to requests (``corun_sglang.sampler``).
+SAMPLING_BACKEND = "corun"
 
 #: Requests per prefill (extend) batch.
 PREFILL_REQUESTS_PER_BATCH = 1
@@ -198,6 +202,20 @@ REFUSALS: tuple[Refusal, ...] = (
         "remove --enable-pdmux",
     ),
     Refusal(
+        "--sampling-backend",
+        lambda a: a.sampling_backend not in (None, SAMPLING_BACKEND),
+        "only the corun sampler binds a request's random draws to its seed and position "
+        "(other samplers draw from a batch-wide generator)",
+        f"drop --sampling-backend (or set it to {SAMPLING_BACKEND})",
+    ),
+    Refusal(
+        "--enable-dynamic-chunking",
+        lambda a: bool(getattr(a, "enable_dynamic_chunking", False)),
+        "dynamic chunking sizes prefill chunks by load, so chunk boundaries would depend on "
+        "co-runners",
+        "remove --enable-dynamic-chunking",
+    ),
+    Refusal(
         "--attention-backend / --prefill-attention-backend / --decode-attention-backend",
         lambda a: bool(_attention_backends_given(a) - {ATTENTION_BACKEND}),
         "only FlashInfer's decode attention has been made free of split-KV under --corun",
@@ -225,6 +243,7 @@ def defaults(args: Any) -> dict[str, Any]:
         "prefill_max_requests": PREFILL_REQUESTS_PER_BATCH,
         "disable_radix_cache": True,
         "attention_backend": ATTENTION_BACKEND,
+        "sampling_backend": SAMPLING_BACKEND,
         "random_seed": DEFAULT_RANDOM_SEED if args.random_seed is None else args.random_seed,
     }
 
@@ -275,6 +294,10 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
         )
     if not args.disable_radix_cache:
         problems.append("the radix cache is on; --corun needs it off (--disable-radix-cache)")
+    if args.sampling_backend != SAMPLING_BACKEND:
+        problems.append(
+            f"sampling backend resolved to '{args.sampling_backend}', not '{SAMPLING_BACKEND}'"
+        )
     if tuple(attention_backends) != (ATTENTION_BACKEND, ATTENTION_BACKEND):
         problems.append(
             f"attention resolved to (prefill, decode) = {tuple(attention_backends)}, "

@@ -45,10 +45,58 @@ HOOKS: tuple[Hook, ...] = (
         "corun_sglang.adapters:scheduler_init",
     ),
     Hook(
+        "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.__init__",
+        HookType.AFTER,
+        "corun_sglang.adapters:decode_graph_runner_init",
+    ),
+    # isolated prefill, full-sequence admission, no retraction
+    Hook(
         "sglang.srt.managers.schedule_policy.PrefillAdder.chunked_req_token_budget",
         HookType.AROUND,
         "corun_sglang.adapters:chunked_req_token_budget",
         patch="0001",
+    ),
+    Hook(
+        "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req",
+        HookType.AROUND,
+        "corun_sglang.adapters:add_one_req",
+    ),
+    Hook(
+        "sglang.srt.managers.schedule_batch.ScheduleBatch.retract_decode",
+        HookType.AROUND,
+        "corun_sglang.adapters:retract_decode",
+    ),
+    # fixed-shape decode without split-KV
+    Hook(
+        "sglang.srt.model_executor.runner.eager_runner.EagerRunner._execute_decode",
+        HookType.AROUND,
+        "corun_sglang.adapters:eager_decode",
+    ),
+    Hook(
+        "sglang.srt.layers.attention.flashinfer_backend.should_use_tensor_core",
+        HookType.AROUND,
+        "corun_sglang.adapters:use_tensor_core",
+    ),
+    Hook(
+        "sglang.srt.layers.attention.flashinfer_backend.FlashInferIndicesUpdaterDecode.call_begin_forward",
+        HookType.AROUND,
+        "corun_sglang.adapters:decode_plan",
+    ),
+    # request-bound RNG
+    Hook(
+        "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.adjusted_from_schedule_batch",
+        HookType.AROUND,
+        "corun_sglang.adapters:batch_seeds",
+    ),
+    Hook(
+        "sglang.srt.managers.tokenizer_manager.TokenizerManager._send_one_request",
+        HookType.AROUND,
+        "corun_sglang.adapters:send_one_request",
+    ),
+    Hook(
+        "sglang.srt.managers.tokenizer_manager.TokenizerManager._send_batch_request",
+        HookType.AROUND,
+        "corun_sglang.adapters:send_batch_request",
     ),
 )
 
@@ -62,6 +110,9 @@ def register() -> None:
     """
     from corun_sglang import patches
 
+    from corun_sglang import sampler
+
+    sampler.register()
     absent = {name[:4] for name in patches.missing()}
     for hook in HOOKS:
         if hook.patch in absent:

@@ -42,6 +42,13 @@ def problems(sglang_root=None) -> list[str]:
             + ". Fix: make sure the 'corun' plugin loads (if SGLANG_PLUGINS is set it must "
             "include 'corun') and that corun-sglang and SGLang were installed together"
         )
+    from corun_sglang import sampler
+
+    if not sampler.registered():
+        found.append(
+            f"sampling backend '{sampler.BACKEND}' is not registered with SGLang. Fix: make "
+            "sure the 'corun' plugin loads (if SGLANG_PLUGINS is set it must include 'corun')"
+        )
     missing = patches.missing(sglang_root)
     if missing:
         found.append(

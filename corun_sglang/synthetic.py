@@ -129,6 +129,15 @@ def write_checkpoint(dest: str | Path, shape: str = "qwen3-small", seed: int = 0
     (dest / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1)
     )
+    write_config(dest, shape)
+    return dest
+
+
+def write_config(dest: str | Path, shape: str) -> Path:
+    """Write only ``config.json`` and ``generation_config.json`` for ``shape`` (no weights)."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    cfg = hf_config(shape)
     (dest / "config.json").write_text(json.dumps(cfg, indent=1))
     (dest / "generation_config.json").write_text(
         json.dumps({"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"]})

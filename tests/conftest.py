@@ -6,8 +6,20 @@ touches a GPU: resolution reads the model config and the options only).
 """
 
 import json
+import os
 
 import pytest
+
+try:
+    import torch
+
+    _CUDA = torch.cuda.is_available()
+except ImportError:
+    _CUDA = False
+if not _CUDA:
+    # corun's Triton sampling kernels run on the CPU through Triton's interpreter
+    # (set before any kernel is defined).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 TINY_QWEN3 = {
     "architectures": ["Qwen3ForCausalLM"],
@@ -54,8 +66,17 @@ def server_args_cls(sglang_plugins):
     return server_args.ServerArgs
 
 
+@pytest.fixture(scope="module")
+def make_args_module(server_args_cls, tiny_model):
+    return _maker(server_args_cls, tiny_model)
+
+
 @pytest.fixture
 def make_args(server_args_cls, tiny_model):
+    return _maker(server_args_cls, tiny_model)
+
+
+def _maker(server_args_cls, tiny_model):
     def make(**kwargs):
         kwargs.setdefault("model_path", tiny_model)
         kwargs.setdefault("device", "cuda")

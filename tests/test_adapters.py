@@ -1,21 +1,237 @@
-"""``adapters``: pass-through without --corun, policy with it (process-wide server args)."""
+"""``adapters`` on real SGLang objects: pass-through without --corun, CoRun policy with it.
+
+The scheduler-side tests build SGLang's own ``PrefillAdder`` over a real
+token allocator and chunk cache (CPU tensors), with the corun hooks applied
+by SGLang's plugin loader, and publish server args with and without corun.
+"""
+
+from array import array
 
 import pytest
+import torch
 from sglang.srt.runtime_context import publish
 
 from corun_sglang import adapters
 
 
-def _original(self):
-    return "sglang's budget"
+@pytest.fixture
+def serving(make_args):
+    def publish_args(corun: bool):
+        publish(make_args(corun=corun), role="scheduler")
+
+    return publish_args
 
 
-class _Adder:
-    rem_chunk_tokens = 512
+def _cache(pool_tokens: int):
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.chunk_cache import ChunkCache
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+    alloc = TokenToKVPoolAllocator(pool_tokens, torch.bfloat16, "cpu", None, False)
+    r2t = ReqToTokenPool(size=16, max_context_len=8192, device="cpu", enable_memory_saver=False)
+    params = CacheInitParams(disable=True, req_to_token_pool=r2t, token_to_kv_pool_allocator=alloc, page_size=1)
+    return alloc, ChunkCache(params)
 
 
-@pytest.mark.parametrize("corun,expected", [(False, "sglang's budget"), (True, 512)])
-def test_chunk_budget_follows_the_published_server_args(make_args, corun, expected):
-    publish(make_args(corun=corun), role="scheduler")
-    assert adapters._serving_corun() is corun
-    assert adapters.chunked_req_token_budget(_original, _Adder()) == expected
+def _req(rid, prompt_len, max_new, cache):
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    sp = SamplingParams(max_new_tokens=max_new)
+    sp.normalize(None)
+    req = Req(str(rid), "", array("q", range(prompt_len)), sp, vocab_size=1024)
+    req.init_next_round_input(cache)
+    return req
+
+
+def _adder(pool_tokens, running, chunk=4096, max_running=8, used=0):
+    """A PrefillAdder over a pool of ``pool_tokens`` with ``running`` (prompt, max_new) requests."""
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.managers.schedule_policy import PrefillAdder
+
+    alloc, cache = _cache(pool_tokens)
+    if used:
+        alloc.alloc(used)
+    batch = ScheduleBatch(reqs=[_req(100 + i, p, n, cache) for i, (p, n) in enumerate(running)], device="cpu")
+    adder = PrefillAdder(
+        1, cache, alloc, batch, 1.0, 16384, chunk,
+        max_running_requests=max_running, prefill_max_requests=1,
+    )
+    return adder, cache
+
+
+def test_prefill_batch_holds_one_request(serving):
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    serving(True)
+    adder, cache = _adder(10_000, [])
+    assert adder.add_one_req(_req(1, 100, 10, cache), False, None) is AddReqResult.CONTINUE
+    assert adder.add_one_req(_req(2, 100, 10, cache), False, None) is AddReqResult.OTHER
+    assert len(adder.can_run_list) == 1
+
+
+@pytest.mark.parametrize("corun,admitted", [(False, True), (True, False)])
+def test_admission_reserves_whole_sequences_of_running_requests(serving, corun, admitted):
+    """Pool 1000, one running request that may still grow to 300 + 200 tokens.
+
+    SGLang admits a 400 + 200 request on its estimate of the running request's
+    growth; CoRun refuses it, because both whole sequences do not fit.
+    """
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    serving(corun)
+    adder, cache = _adder(1000, [(300, 200)])
+    result = adder.add_one_req(_req(1, 400, 200, cache), False, None)
+    assert (result is AddReqResult.CONTINUE) is admitted
+    if not admitted:
+        assert result is AddReqResult.NO_TOKEN
+
+
+def test_admission_accepts_when_whole_sequences_fit(serving):
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    serving(True)
+    adder, cache = _adder(1000, [(300, 200)])
+    assert adder.add_one_req(_req(1, 200, 200, cache), False, None) is AddReqResult.CONTINUE
+
+
+def test_admission_respects_n(serving):
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    serving(True)
+    adder, cache = _adder(100_000, [(10, 10)] * 4, max_running=4)
+    assert adder.add_one_req(_req(1, 10, 10, cache), False, None) is AddReqResult.NO_TOKEN
+
+
+def test_chunked_prompt_continues_before_anything_new(serving):
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    serving(True)
+    adder, cache = _adder(10_000, [], chunk=256)
+    long = _req(1, 1000, 10, cache)
+    adder.add_one_req(long, False, None)
+    assert adder.new_chunked_req is long
+    assert long.extend_range.end - long.extend_range.start == 256
+
+    nxt, cache2 = _adder(10_000, [], chunk=256)
+    nxt.add_chunked_req(long)
+    assert nxt.can_run_list == [long]
+    assert nxt.add_one_req(_req(2, 10, 10, cache2), True, None) is AddReqResult.OTHER
+
+
+@pytest.mark.parametrize("corun,expected", [(False, 100), (True, 256)])
+def test_chunk_length_does_not_depend_on_free_memory(serving, corun, expected):
+    """Pool 400 with 300 tokens in use: SGLang shrinks the next chunk to what is free; CoRun does not."""
+    serving(corun)
+    adder, _ = _adder(400, [], chunk=256, used=300)
+    assert adder.chunked_req_token_budget() == expected
+
+
+def test_retraction_is_an_error_under_corun(make_args):
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+
+    alloc, cache = _cache(100)
+    batch = ScheduleBatch(reqs=[_req(1, 10, 10, cache)], token_to_kv_pool_allocator=alloc, device="cpu")
+    with pytest.raises(adapters.CorunContractError, match="retraction"):
+        batch.retract_decode(make_args(corun=True))
+
+
+@pytest.mark.parametrize("corun", [False, True])
+def test_decode_attention_uses_tensor_core_plan_under_corun(serving, corun):
+    """GQA group 2 in bf16: FlashInfer's CUDA-core decode (no split-KV switch) unless --corun."""
+    from sglang.srt.layers.attention import flashinfer_backend
+
+    serving(corun)
+    assert flashinfer_backend.should_use_tensor_core(torch.bfloat16, 8, 4) is corun
+
+
+def test_decode_plan_turns_split_kv_off(serving):
+    """The adapter rebinds SGLang's own ``call_begin_forward`` arguments, however they were passed."""
+    from sglang.srt.layers.attention.flashinfer_backend import FlashInferIndicesUpdaterDecode
+
+    real = FlashInferIndicesUpdaterDecode.call_begin_forward
+    while hasattr(real, "__wrapped__"):
+        real = real.__wrapped__
+    seen = {}
+
+    def original(*args, **kwargs):
+        import inspect
+
+        seen.update(inspect.signature(real).bind(*args, **kwargs).arguments)
+
+    original.__signature__ = __import__("inspect").signature(real)
+    serving(True)
+    adapters.decode_plan(original, "updater", "wrapper", "idx", "lens", 7, "indptr", "start", None, None,
+                         fixed_split_size=2048, disable_split_kv=False)
+    assert seen["fixed_split_size"] is None and seen["disable_split_kv"] is True
+    serving(False)
+    seen.clear()
+    adapters.decode_plan(original, "updater", "wrapper", "idx", "lens", 7, "indptr", "start", None, None,
+                         fixed_split_size=2048, disable_split_kv=False)
+    assert seen["fixed_split_size"] == 2048 and seen["disable_split_kv"] is False
+
+
+def test_batch_seeds_are_per_request_and_derived_when_missing(serving):
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+
+    serving(True)
+    _, cache = _cache(1000)
+    given, unseeded, twin = _req(1, 10, 4, cache), _req(2, 10, 4, cache), _req(3, 10, 4, cache)
+    given.sampling_params.sampling_seed = 77
+    batch = ScheduleBatch(reqs=[given, unseeded, twin], device="cpu")
+    info = SamplingBatchInfo.from_schedule_batch(batch, vocab_size=1024)
+    seeds = info.sampling_seed.tolist()
+    assert seeds[0] == 77
+    assert seeds[1] == seeds[2] != 77  # same prompt and parameters: same derived seed
+    serving(False)
+    plain = SamplingBatchInfo.from_schedule_batch(ScheduleBatch(reqs=[_req(4, 10, 4, cache)], device="cpu"), 1024)
+    assert plain.sampling_seed is None
+
+
+def _tokenized(rid, sampling_params, input_ids=(5, 6, 7)):
+    import types
+
+    return types.SimpleNamespace(rid=rid, sampling_params=sampling_params, input_ids=list(input_ids))
+
+
+def _manager(children=()):
+    """The two TokenizerManager attributes the adapter reads."""
+    import types
+
+    return types.SimpleNamespace(
+        server_args=types.SimpleNamespace(corun=True, random_seed=0),
+        child_rid_to_logical_rid={c: "parent" for c in children},
+    )
+
+
+@pytest.mark.parametrize("given_seed", [None, 1234])
+def test_n_samples_get_distinct_reproducible_seeds(given_seed):
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    def seeds_of_a_run():
+        shared = SamplingParams(max_new_tokens=8, temperature=0.7, sampling_seed=given_seed)
+        shared.normalize(None)
+        manager = _manager(children=[f"c{i}" for i in range(4)])
+        objs = [_tokenized(f"c{i}", shared) for i in range(4)]  # SGLang shares one SamplingParams
+        for obj in objs:
+            adapters.send_one_request(lambda self, o: None, manager, obj)
+        assert shared.sampling_seed == given_seed  # the shared object is left alone
+        return [o.sampling_params.sampling_seed for o in objs]
+
+    first = seeds_of_a_run()
+    assert len(set(first)) == 4
+    assert first == seeds_of_a_run()
+
+
+def test_unseeded_requests_get_the_derived_seed():
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from corun_sglang import rng
+
+    sp = SamplingParams(max_new_tokens=8, temperature=0.7)
+    sp.normalize(None)
+    obj = _tokenized("r", sp)
+    adapters.send_one_request(lambda self, o: None, _manager(), obj)
+    assert obj.sampling_params.sampling_seed == rng.request_seed(0, [5, 6, 7], rng.params_of(sp))

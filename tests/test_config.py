@@ -53,6 +53,8 @@ REFUSED = [
     ({"enable_pdmux": True}, "--enable-pdmux"),
     ({"attention_backend": "fa3"}, "--attention-backend"),
     ({"decode_attention_backend": "triton"}, "--decode-attention-backend"),
+    ({"sampling_backend": "flashinfer"}, "--sampling-backend"),
+    ({"enable_dynamic_chunking": True}, "--enable-dynamic-chunking"),
 ]
 
 
@@ -72,6 +74,7 @@ def test_each_refused_option_is_named_with_a_fix(given, flag):
         {"cuda_graph_bs_decode": [256]},
         {"prefill_max_requests": 1},
         {"cuda_graph_backend_decode": "full"},
+        {"sampling_backend": "corun"},
     ],
 )
 def test_options_that_agree_with_corun_are_accepted(given):
@@ -92,6 +95,7 @@ def test_defaults_fix_one_decode_shape_and_isolated_prefill():
     assert chosen["prefill_max_requests"] == 1
     assert chosen["disable_radix_cache"] is True
     assert chosen["attention_backend"] == "flashinfer"
+    assert chosen["sampling_backend"] == "corun"
     assert chosen["random_seed"] == config.DEFAULT_RANDOM_SEED
 
 

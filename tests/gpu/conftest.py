@@ -78,7 +78,9 @@ class Server:
         ]
         self.log = log
         self._out = open(log, "w")
-        self.proc = subprocess.Popen(self.command, stdout=self._out, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            self.command, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -93,17 +95,27 @@ class Server:
         raise TimeoutError(f"server not healthy after {timeout}s:\n{self.log_text()[-4000:]}")
 
     def log_text(self) -> str:
-        self._out.flush()
+        if not self._out.closed:
+            self._out.flush()
         return self.log.read_text(errors="replace")
 
     def stop(self) -> None:
+        """Stop the server and every process it started (its session), freeing the GPU."""
+        import signal
+
         if self.proc.poll() is None:
-            self.proc.terminate()
+            os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self._out.close()
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        if not self._out.closed:
+            self._out.close()
 
 
 @pytest.fixture(scope="session")

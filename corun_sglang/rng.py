@@ -1,0 +1,227 @@
+"""Request-bound randomness: seeds, and a sampler whose variates depend only on (seed, position, token).
+
+Invariants:
+- ``request_seed`` is a pure function of the server's ``--random-seed``, the
+  prompt token ids and the sampling parameters that shape the distribution;
+  it is stable across processes and restarts (no Python ``hash``).
+- ``child_seed(seed, i)`` gives sample ``i`` of an ``n > 1`` request its own
+  seed; distinct ``i`` give distinct seeds.
+- ``sample`` picks, for each row independently, the token
+  ``argmax_j (logits_j / T + G(seed, position, j))`` over the tokens allowed by
+  top-k / top-p / min-p, where ``G`` is a Gumbel variate made by Philox from the
+  row's seed, its position and the token id ``j`` (Gumbel-max: an exact draw
+  from ``softmax(logits / T)`` restricted to the allowed tokens). Greedy rows
+  (``top_k == 1``) take the first maximal logit. Every per-row quantity is
+  computed either by exact operations (division, max, top-k selection,
+  comparison) or by row-local kernels, so a row's token does not depend on the
+  other rows, their number or their order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from typing import Iterable, Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+#: Seeds are non-negative int64 values (they travel in an int64 tensor).
+SEED_MASK = (1 << 63) - 1
+
+#: Sampling parameters that change a request's distribution, hence its derived seed.
+SEEDED_PARAMS = ("temperature", "top_p", "top_k", "min_p")
+
+
+def _digest(*parts: bytes) -> int:
+    h = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        h.update(struct.pack("<Q", len(part)))
+        h.update(part)
+    return int.from_bytes(h.digest(), "little") & SEED_MASK
+
+
+def request_seed(random_seed: int, input_ids: Sequence[int] | None, params: dict) -> int:
+    """The seed of a request that brought none: derived from the server seed, the prompt and the parameters."""
+    ids = b"".join(struct.pack("<q", int(t)) for t in (input_ids or ()))
+    knobs = ";".join(f"{k}={params.get(k)!r}" for k in SEEDED_PARAMS).encode()
+    return _digest(b"corun-request", struct.pack("<q", int(random_seed)), ids, knobs)
+
+
+def child_seed(seed: int, index: int) -> int:
+    """The seed of sample ``index`` of a request with ``n > 1`` and seed ``seed``."""
+    return _digest(b"corun-child", struct.pack("<qq", int(seed) & SEED_MASK, int(index)))
+
+
+def params_of(sampling_params) -> dict:
+    """The seed-relevant fields of an SGLang ``SamplingParams``."""
+    return {k: getattr(sampling_params, k, None) for k in SEEDED_PARAMS}
+
+
+# --------------------------------------------------------------------------- kernels
+
+_BLOCK = 2048
+
+
+@triton.jit
+def _gumbel_argmax_partial(
+    logits_ptr, stride_row, temps_ptr, seeds_ptr, pos_ptr, floors_ptr, greedy_ptr,
+    best_val_ptr, best_idx_ptr, V, NCHUNK, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Best (key, index) of row ``r`` over its chunk ``c``; key = logit/T + Gumbel (greedy: logit/T)."""
+    r = tl.program_id(0)
+    c = tl.program_id(1)
+    temp = tl.load(temps_ptr + r)
+    seed = tl.load(seeds_ptr + r).to(tl.uint64)
+    pos = tl.load(pos_ptr + r).to(tl.uint32)
+    floor = tl.load(floors_ptr + r)
+    greedy = tl.load(greedy_ptr + r) != 0
+    best_val = tl.full((), -float("inf"), tl.float32)
+    best_idx = tl.full((), 0, tl.int32) + c * CHUNK
+    for start in tl.range(c * CHUNK, c * CHUNK + CHUNK, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        inside = offs < V
+        x = tl.load(logits_ptr + r * stride_row + offs, mask=inside, other=-float("inf"))
+        s = tl.math.div_rn(x.to(tl.float32), temp)
+        c0 = offs.to(tl.uint32)
+        zero = tl.zeros_like(c0)
+        r0, _, _, _ = tl.random.philox(seed, c0, zero + pos, zero, zero)
+        u = tl.random.uint_to_uniform_float(r0)
+        g = -tl.log(-tl.log(u))
+        key = tl.where(greedy, s, s + g)
+        key = tl.where(inside & (s >= floor), key, -float("inf"))
+        blk_val = tl.max(key, axis=0)
+        blk_idx = tl.argmax(key, axis=0, tie_break_left=True) + start
+        take = blk_val > best_val
+        best_idx = tl.where(take, blk_idx, best_idx)
+        best_val = tl.where(take, blk_val, best_val)
+    tl.store(best_val_ptr + r * NCHUNK + c, best_val)
+    tl.store(best_idx_ptr + r * NCHUNK + c, best_idx)
+
+
+@triton.jit
+def _reduce_chunks(best_val_ptr, best_idx_ptr, out_ptr, NCHUNK, BLOCK: tl.constexpr):
+    """Per row: the partial with the largest key; the lowest chunk wins ties."""
+    r = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    inside = offs < NCHUNK
+    vals = tl.load(best_val_ptr + r * NCHUNK + offs, mask=inside, other=-float("inf"))
+    idxs = tl.load(best_idx_ptr + r * NCHUNK + offs, mask=inside, other=0)
+    k = tl.argmax(vals, axis=0, tie_break_left=True)
+    pick = tl.sum(tl.where(offs == k, idxs, 0), axis=0)
+    tl.store(out_ptr + r, pick)
+
+
+def _chunking(vocab: int) -> tuple[int, int, int]:
+    """Block length, chunk length and chunk count for a vocabulary: a function of the vocabulary only."""
+    block = min(_BLOCK, triton.next_power_of_2(vocab))
+    chunk = max(block, triton.cdiv(triton.cdiv(vocab, 16), block) * block)
+    return block, chunk, triton.cdiv(vocab, chunk)
+
+
+def floors(
+    scaled: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor, min_ps: torch.Tensor,
+    need_top_k: bool = True, need_top_p: bool = True, need_min_p: bool = True,
+) -> torch.Tensor:
+    """Per row, the smallest scaled logit a token may have to be sampled (-inf: no filter).
+
+    ``scaled`` is ``logits / T``. top-k keeps logits >= the k-th largest; top-p
+    keeps the smallest prefix (by descending probability) whose exclusive
+    cumulative probability is <= p; min-p keeps p_j >= min_p * p_max. Ties at
+    a threshold are all kept. ``need_*`` flags only skip work: a row whose
+    parameter is neutral gets -inf from that filter either way.
+    """
+    rows, vocab = scaled.shape
+    out = torch.full((rows,), -float("inf"), device=scaled.device, dtype=torch.float32)
+    if rows == 0:
+        return out
+    ks = top_ks.to(torch.int64).clamp(min=1, max=vocab)
+    if need_top_k and bool((ks < vocab).any()):
+        kmax = int(ks[ks < vocab].max())
+        top = torch.topk(scaled, kmax, dim=-1, sorted=True).values
+        kth = top.gather(1, (ks.clamp(max=kmax) - 1).view(-1, 1)).squeeze(1)
+        out = torch.where(ks < vocab, torch.maximum(out, kth), out)
+    ps = top_ps.to(torch.float32)
+    if need_top_p and bool((ps < 1.0).any()):
+        out = torch.where(ps < 1.0, torch.maximum(out, _top_p_floor(scaled, ps)), out)
+    mp = min_ps.to(torch.float32)
+    if need_min_p and bool((mp > 0).any()):
+        top1 = scaled.amax(dim=-1)
+        mth = top1 + torch.log(mp.clamp(min=torch.finfo(torch.float32).tiny))
+        out = torch.where(mp > 0, torch.maximum(out, mth), out)
+    return out
+
+
+#: Candidates examined first for top-p; rows whose nucleus is wider fall back to a full sort.
+TOP_P_WINDOW = 1024
+
+
+def _nucleus(probs_sorted: torch.Tensor, ps: torch.Tensor) -> torch.Tensor:
+    """How many of the descending ``probs_sorted`` the top-p nucleus keeps (at least 1)."""
+    exclusive = torch.cumsum(probs_sorted, dim=-1) - probs_sorted
+    return (exclusive <= ps.view(-1, 1)).sum(dim=-1).clamp(min=1)
+
+
+def _top_p_floor(scaled: torch.Tensor, ps: torch.Tensor) -> torch.Tensor:
+    """Per row, the scaled logit of the last token in the top-p nucleus.
+
+    Probabilities come from ``torch.softmax`` (one block per row, so a row's
+    values do not depend on the other rows); candidates from exact top-k
+    selection. The nucleus is looked for among the ``TOP_P_WINDOW`` most
+    likely tokens; a row whose window holds less than its ``p`` is redone
+    with a full sort. Which path a row takes depends on that row alone.
+    """
+    rows, vocab = scaled.shape
+    probs = torch.softmax(scaled, dim=-1)
+    window = min(vocab, TOP_P_WINDOW)
+    top, idx = torch.topk(probs, window, dim=-1, sorted=True)
+    kept = _nucleus(top, ps)
+    floor = scaled.gather(1, idx.gather(1, (kept - 1).view(-1, 1))).squeeze(1)
+    if window < vocab:
+        wider = (kept == window) & (ps < 1.0)
+        if bool(wider.any()):
+            rows_w = wider.nonzero().squeeze(1)
+            full, fidx = torch.sort(probs[rows_w], dim=-1, descending=True, stable=True)
+            fkept = _nucleus(full, ps[rows_w])
+            fpos = fidx.gather(1, (fkept - 1).view(-1, 1))
+            floor[rows_w] = scaled[rows_w].gather(1, fpos).squeeze(1)
+    return floor
+
+
+def sample(
+    logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor,
+    positions: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor, min_ps: torch.Tensor,
+    need_top_k: bool = True, need_top_p: bool = True, need_min_p: bool = True,
+) -> torch.Tensor:
+    """One token per row of ``logits`` [rows, vocab]; see the module invariants. Returns int32 [rows]."""
+    rows, vocab = logits.shape
+    out = torch.empty(rows, dtype=torch.int32, device=logits.device)
+    if rows == 0:
+        return out
+    logits = logits if logits.stride(-1) == 1 else logits.contiguous()
+    temps = temperatures.reshape(-1).to(torch.float32).contiguous()
+    greedy = (top_ks.reshape(-1) <= 1).to(torch.int8).contiguous()
+    filtering = need_top_k or need_top_p or need_min_p
+    if filtering:
+        scaled = torch.div(logits.float(), temps.view(-1, 1))
+        fl = floors(scaled, top_ks, top_ps, min_ps, need_top_k, need_top_p, need_min_p)
+        del scaled
+    else:
+        fl = torch.full((rows,), -float("inf"), device=logits.device, dtype=torch.float32)
+    block, chunk, nchunk = _chunking(vocab)
+    best_val = torch.empty((rows, nchunk), dtype=torch.float32, device=logits.device)
+    best_idx = torch.empty((rows, nchunk), dtype=torch.int32, device=logits.device)
+    _gumbel_argmax_partial[(rows, nchunk)](
+        logits, logits.stride(0), temps, seeds.reshape(-1).to(torch.int64).contiguous(),
+        positions.reshape(-1).to(torch.int64).contiguous(), fl.contiguous(), greedy,
+        best_val, best_idx, vocab, nchunk, CHUNK=chunk, BLOCK=block, num_warps=8,
+    )
+    _reduce_chunks[(rows,)](
+        best_val, best_idx, out, nchunk, BLOCK=triton.next_power_of_2(max(nchunk, 2)),
+    )
+    return out
+
+
+def seeds_of(values: Iterable[int], device) -> torch.Tensor:
+    return torch.tensor([int(v) & SEED_MASK for v in values], dtype=torch.int64, device=device)
