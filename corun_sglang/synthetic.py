@@ -38,6 +38,23 @@ SHAPES: dict[str, dict] = {
         head_dim=128,
         vocab_size=151936,
     ),
+    # Qwen3-30B-A3B's architecture (about 61 GB in bf16).
+    "qwen3-30b-a3b": dict(
+        moe=True, hidden_size=2048, intermediate_size=6144, num_hidden_layers=48,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, vocab_size=151936,
+        moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
+    ),
+    # Six layers of the same MoE width: the routing numerics at a size a test can write.
+    "qwen3-moe-small": dict(
+        moe=True, hidden_size=2048, intermediate_size=6144, num_hidden_layers=6,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, vocab_size=151936,
+        moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
+    ),
+    "qwen3-moe-tiny": dict(
+        moe=True, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=1024,
+        moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2,
+    ),
     # For CPU tests of this module.
     "qwen3-tiny": dict(
         hidden_size=128,
@@ -71,15 +88,32 @@ COMMON = dict(
 LINEAR_STD, EMBED_STD, NORM_STD, LM_HEAD_STD = 0.02, 1.0, 0.1, 0.05
 
 
+#: Router logits get this standard deviation for unit-scale inputs: top-k routing is
+#: decisive but varies with the token, as in trained MoE models.
+ROUTER_LOGIT_STD = 1.5
+
+MOE_COMMON = dict(
+    architectures=["Qwen3MoeForCausalLM"],
+    model_type="qwen3_moe",
+    norm_topk_prob=True,
+    decoder_sparse_step=1,
+    mlp_only_layers=[],
+    output_router_logits=False,
+    router_aux_loss_coef=0.001,
+)
+
+
 def hf_config(shape: str) -> dict:
-    return {**COMMON, **SHAPES[shape]}
+    spec = dict(SHAPES[shape])
+    moe = spec.pop("moe", False)
+    return {**COMMON, **(MOE_COMMON if moe else {}), **spec}
 
 
 def _layer_shapes(cfg: dict, i: int) -> dict[str, tuple[tuple[int, ...], str]]:
     h, inter, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
     q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
     p = f"model.layers.{i}."
-    return {
+    attn = {
         p + "input_layernorm.weight": ((h,), "norm"),
         p + "post_attention_layernorm.weight": ((h,), "norm"),
         p + "self_attn.q_proj.weight": ((q, h), "linear"),
@@ -88,10 +122,22 @@ def _layer_shapes(cfg: dict, i: int) -> dict[str, tuple[tuple[int, ...], str]]:
         p + "self_attn.o_proj.weight": ((h, q), "linear"),
         p + "self_attn.q_norm.weight": ((hd,), "norm"),
         p + "self_attn.k_norm.weight": ((hd,), "norm"),
-        p + "mlp.gate_proj.weight": ((inter, h), "linear"),
-        p + "mlp.up_proj.weight": ((inter, h), "linear"),
-        p + "mlp.down_proj.weight": ((h, inter), "linear"),
     }
+    if "num_experts" not in cfg:
+        return {
+            **attn,
+            p + "mlp.gate_proj.weight": ((inter, h), "linear"),
+            p + "mlp.up_proj.weight": ((inter, h), "linear"),
+            p + "mlp.down_proj.weight": ((h, inter), "linear"),
+        }
+    e_inter = cfg["moe_intermediate_size"]
+    experts = {p + "mlp.gate.weight": ((cfg["num_experts"], h), "router")}
+    for j in range(cfg["num_experts"]):
+        e = f"{p}mlp.experts.{j}."
+        experts[e + "gate_proj.weight"] = ((e_inter, h), "linear")
+        experts[e + "up_proj.weight"] = ((e_inter, h), "linear")
+        experts[e + "down_proj.weight"] = ((h, e_inter), "linear")
+    return {**attn, **experts}
 
 
 def _draw(shape, kind, gen, device):
@@ -101,7 +147,9 @@ def _draw(shape, kind, gen, device):
     if kind == "norm":
         x = 1.0 + NORM_STD * x
     else:
-        x = x * {"linear": LINEAR_STD, "embed": EMBED_STD, "lm_head": LM_HEAD_STD}[kind]
+        std = {"linear": LINEAR_STD, "embed": EMBED_STD, "lm_head": LM_HEAD_STD,
+               "router": ROUTER_LOGIT_STD / shape[-1] ** 0.5}[kind]
+        x = x * std
     return x.to(torch.bfloat16).cpu()
 
 
@@ -130,6 +178,7 @@ def write_checkpoint(dest: str | Path, shape: str = "qwen3-small", seed: int = 0
         json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1)
     )
     write_config(dest, shape)
+    write_tokenizer(dest, shape)
     return dest
 
 
@@ -142,6 +191,48 @@ def write_config(dest: str | Path, shape: str) -> Path:
     (dest / "generation_config.json").write_text(
         json.dumps({"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"]})
     )
+    return dest
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|> {% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant {% endif %}"
+)
+
+
+def write_tokenizer(dest: str | Path, shape: str) -> Path:
+    """A word-level tokenizer covering the shape's vocabulary, for the text and chat endpoints.
+
+    Id 0 is ``<unk>``, then ``verify.WORDS`` (the words of its prompts), then ``w<id>`` for every other id;
+    ``<|endoftext|>``, ``<|im_start|>`` and ``<|im_end|>`` sit at the config's
+    bos id, bos + 1 and eos id (the last three ids when those fall outside the
+    vocabulary). Text is split on whitespace; decoding joins with spaces.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    from corun_sglang.verify import WORDS
+
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    cfg = hf_config(shape)
+    vocab = cfg["vocab_size"]
+    bos, eos = cfg["bos_token_id"], cfg["eos_token_id"]
+    if eos >= vocab:
+        bos, eos = vocab - 3, vocab - 1
+    special = {bos: "<|endoftext|>", bos + 1: "<|im_start|>", eos: "<|im_end|>"}
+    names = {0: "<unk>", **{1 + i: w for i, w in enumerate(WORDS)}, **special}
+    table = {names.get(i, f"w{i}"): i for i in range(vocab)}
+    tok = Tokenizer(models.WordLevel(vocab=table, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    tok.add_special_tokens(list(special.values()))
+    tok.save(str(dest / "tokenizer.json"))
+    (dest / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|endoftext|>", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+        "unk_token": "<unk>", "model_max_length": cfg["max_position_embeddings"],
+        "chat_template": CHAT_TEMPLATE,
+    }, indent=1))
     return dest
 
 

@@ -57,3 +57,58 @@ def test_same_seed_same_weights_other_seed_other_weights(ckpt, tmp_path):
     first = _weights(ckpt)
     assert all(first[k].equal(again[k]) for k in first)
     assert not first["lm_head.weight"].equal(other["lm_head.weight"])
+
+
+def test_tokenizer_serves_text_and_chat(ckpt):
+    """The checkpoint's tokenizer loads through transformers and SGLang and round-trips text."""
+    import transformers
+    from sglang.srt.utils.hf_transformers_utils import get_tokenizer
+
+    from corun_sglang.verify import WORDS
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(ckpt))
+    ids = tok.encode("the river w900 zebra", add_special_tokens=False)
+    assert ids == [1 + WORDS.index("the"), 1 + WORDS.index("river"), 900, 0]
+    assert tok.decode(ids[:3]) == "the river w900"
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "the light"}], add_generation_prompt=True, tokenize=False
+    )
+    assert text == "<|im_start|>user the light<|im_end|> <|im_start|>assistant "
+    chat = tok.convert_ids_to_tokens(tok.encode(text, add_special_tokens=False))
+    assert chat == ["<|im_start|>", "user", "the", "light", "<|im_end|>", "<|im_start|>", "assistant"]
+    assert max(tok.get_vocab().values()) == 1023
+    assert get_tokenizer(str(ckpt)).encode("the river", add_special_tokens=False) == ids[:2]
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory):
+    return synthetic.write_checkpoint(tmp_path_factory.mktemp("moe"), "qwen3-moe-tiny", seed=5, device="cpu")
+
+
+def test_moe_checkpoint_has_hub_layout_and_sglang_reads_it(moe):
+    """Per-expert tensors named as in Qwen3-30B-A3B's published checkpoint."""
+    from sglang.srt.configs.model_config import ModelConfig
+
+    cfg = synthetic.hf_config("qwen3-moe-tiny")
+    w = _weights(moe)
+    layer = "model.layers.1.mlp."
+    assert w[layer + "gate.weight"].shape == (cfg["num_experts"], cfg["hidden_size"])
+    for j in range(cfg["num_experts"]):
+        assert w[f"{layer}experts.{j}.gate_proj.weight"].shape == (64, 128)
+        assert w[f"{layer}experts.{j}.down_proj.weight"].shape == (128, 64)
+    assert not any(".mlp.gate_proj." in k for k in w)
+    mc = ModelConfig(str(moe))
+    assert mc.hf_config.architectures == ["Qwen3MoeForCausalLM"]
+    assert mc.hf_config.num_experts == 8 and mc.hf_config.num_experts_per_tok == 2
+
+
+def test_router_logits_have_realistic_spread(moe):
+    """Unit-scale inputs give router logits of std ~1.5: routing depends on the token."""
+    import torch
+
+    gate = _weights(moe)["model.layers.0.mlp.gate.weight"].float()
+    x = torch.randn(4000, gate.shape[1], generator=torch.Generator().manual_seed(0))
+    logits = x @ gate.T
+    assert 1.2 < logits.std().item() < 1.8
+    top = logits.topk(2, dim=-1).indices
+    assert len({tuple(sorted(r)) for r in top.tolist()}) > 10  # many distinct expert pairs

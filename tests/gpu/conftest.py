@@ -35,13 +35,15 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory):
-    given = os.environ.get("CORUN_CHECKPOINT")
-    if given and (Path(given) / "config.json").exists():
-        return given
     from corun_sglang import synthetic
 
-    dest = Path(given) if given else tmp_path_factory.mktemp("ckpt")
+    given = os.environ.get("CORUN_CHECKPOINT")
     shape = os.environ.get("CORUN_SHAPE", "qwen3-small")
+    if given and (Path(given) / "config.json").exists():
+        if not (Path(given) / "tokenizer.json").exists():
+            synthetic.write_tokenizer(given, shape)
+        return given
+    dest = Path(given) if given else tmp_path_factory.mktemp("ckpt")
     return str(synthetic.write_checkpoint(dest, shape, seed=0))
 
 
@@ -67,14 +69,15 @@ def _free_port() -> int:
 class Server:
     """``python -m sglang.launch_server`` in a subprocess, logging to a file."""
 
-    def __init__(self, model_path: str, args: list[str], log: Path, timeout: float = 600):
+    def __init__(self, model_path: str, args: list[str], log: Path, timeout: float = 600,
+                 skip_tokenizer_init: bool = True):
         import httpx
 
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.command = [
             sys.executable, "-m", "sglang.launch_server", "--model-path", model_path,
-            "--port", str(self.port), "--skip-tokenizer-init", *args,
+            "--port", str(self.port), *(["--skip-tokenizer-init"] if skip_tokenizer_init else []), *args,
         ]
         self.log = log
         self._out = open(log, "w")
@@ -123,10 +126,11 @@ def launch(tmp_path_factory):
     """Start servers on demand; all are stopped at the end of the session."""
     started = []
 
-    def start(model_path: str, *args: str, name: str = "server") -> Server:
+    def start(model_path: str, *args: str, name: str = "server", text: bool = False) -> Server:
+        """``text``: serve text endpoints with the checkpoint's tokenizer (else token ids only)."""
         folder = Path(os.environ.get("CORUN_RESULTS") or tmp_path_factory.mktemp("logs"))
         folder.mkdir(parents=True, exist_ok=True)
-        server = Server(model_path, list(args), folder / f"{name}.log")
+        server = Server(model_path, list(args), folder / f"{name}.log", skip_tokenizer_init=not text)
         started.append(server)
         return server
 

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Install corun-sglang from a source tree into the current Python environment and
+# make SGLang ready for --corun. Used by docker/Dockerfile and, in a fresh
+# virtual environment, by CI.
+# usage: docker/install.sh [SOURCE_DIR]   (default: the repository holding this script)
+set -euo pipefail
+src="${1:-$(cd "$(dirname "$0")/.." && pwd)}"
+python3 -m pip install "$src"
+corun-sglang apply-patches
+corun-sglang apply-patches --check
