@@ -216,6 +216,30 @@ REFUSALS: tuple[Refusal, ...] = (
         "remove --enable-dynamic-chunking",
     ),
     Refusal(
+        "--enable-lora / --lora-paths",
+        lambda a: bool(getattr(a, "enable_lora", None)) or bool(getattr(a, "lora_paths", None)),
+        "LoRA batches select adapter-specific decode graphs, which --corun has not been verified with",
+        "serve without LoRA adapters",
+    ),
+    Refusal(
+        "--enable-return-hidden-states",
+        lambda a: bool(getattr(a, "enable_return_hidden_states", False)),
+        "requests that return hidden states need a decode graph other than the single size-N one",
+        "remove --enable-return-hidden-states",
+    ),
+    Refusal(
+        "--enable-torch-compile",
+        lambda a: bool(getattr(a, "enable_torch_compile", False)),
+        "torch.compile'd decode kernels have not been verified to be position-invariant",
+        "remove --enable-torch-compile",
+    ),
+    Refusal(
+        "--enable-hierarchical-cache",
+        lambda a: bool(getattr(a, "enable_hierarchical_cache", False)),
+        "the hierarchical cache extends the radix cache, which --corun turns off",
+        "remove --enable-hierarchical-cache",
+    ),
+    Refusal(
         "--attention-backend / --prefill-attention-backend / --decode-attention-backend",
         lambda a: bool(_attention_backends_given(a) - {ATTENTION_BACKEND}),
         "only FlashInfer's decode attention has been made free of split-KV under --corun",

@@ -55,6 +55,10 @@ REFUSED = [
     ({"decode_attention_backend": "triton"}, "--decode-attention-backend"),
     ({"sampling_backend": "flashinfer"}, "--sampling-backend"),
     ({"enable_dynamic_chunking": True}, "--enable-dynamic-chunking"),
+    ({"enable_lora": True}, "--enable-lora"),
+    ({"enable_return_hidden_states": True}, "--enable-return-hidden-states"),
+    ({"enable_torch_compile": True}, "--enable-torch-compile"),
+    ({"enable_hierarchical_cache": True}, "--enable-hierarchical-cache"),
 ]
 
 

@@ -30,7 +30,7 @@ def request(prompt, max_new_tokens, temperature, seed=None, top_p=1.0, top_k=-1,
     return {"input_ids": prompt, "sampling_params": params, "return_logprob": True}
 
 
-def _generation(body: dict) -> Generation:
+def generation(body: dict) -> Generation:
     lp = body["meta_info"]["output_token_logprobs"]
     return Generation.of([t[1] for t in lp], [t[0] for t in lp])
 
@@ -42,7 +42,7 @@ def generate(url: str, requests: list[dict], concurrent: bool = True) -> list[Ge
         with httpx.Client(timeout=900) as client:
             reply = client.post(url + "/generate", json=req)
         reply.raise_for_status()
-        return _generation(reply.json())
+        return generation(reply.json())
 
     if not concurrent:
         return [one(r) for r in requests]

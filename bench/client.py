@@ -1,0 +1,110 @@
+"""Closed-loop streaming client for SGLang's ``/generate`` and the metrics of ``sglang.bench_serving``.
+
+Metric definitions follow SGLang's ``bench_serving``: TTFT is the time to the
+first streamed chunk with a token; ITL the gaps between successive chunks
+that bring tokens; TPOT ``(latency - TTFT) / (output_tokens - 1)``; output
+throughput the generated tokens over the run's wall time. Times are in
+milliseconds in the summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import statistics
+import time
+
+import httpx
+
+
+@dataclasses.dataclass
+class Record:
+    start: float
+    first: float | None = None
+    chunks: list[float] = dataclasses.field(default_factory=list)  # arrival of each chunk with tokens
+    end: float | None = None
+    output_tokens: int = 0
+    error: str | None = None
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    pos = (len(values) - 1) * q / 100
+    lo, hi = int(pos), min(int(pos) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def _stats(name: str, values_ms: list[float]) -> dict:
+    return {
+        f"mean_{name}_ms": statistics.fmean(values_ms) if values_ms else float("nan"),
+        f"median_{name}_ms": statistics.median(values_ms) if values_ms else float("nan"),
+        f"p99_{name}_ms": _percentile(values_ms, 99),
+    }
+
+
+def summarize(records: list[Record], duration: float) -> dict:
+    """bench_serving-style metrics of one run (``duration`` in seconds)."""
+    done = [r for r in records if r.error is None and r.end is not None and r.first is not None]
+    ttft = [(r.first - r.start) * 1e3 for r in done]
+    e2e = [(r.end - r.start) * 1e3 for r in done]
+    tpot = [((r.end - r.first) / (r.output_tokens - 1)) * 1e3 for r in done if r.output_tokens > 1]
+    itl = [(b - a) * 1e3 for r in done for a, b in zip(r.chunks, r.chunks[1:])]
+    out_tokens = sum(r.output_tokens for r in done)
+    return {
+        "completed": len(done),
+        "failed": len(records) - len(done),
+        "duration_s": duration,
+        "output_tokens": out_tokens,
+        "output_throughput": out_tokens / duration if duration > 0 else float("nan"),
+        "request_throughput": len(done) / duration if duration > 0 else float("nan"),
+        **_stats("ttft", ttft), **_stats("tpot", tpot), **_stats("itl", itl), **_stats("e2e", e2e),
+    }
+
+
+async def _one(client: httpx.AsyncClient, url: str, body: dict) -> Record:
+    rec = Record(start=time.perf_counter())
+    try:
+        async with client.stream("POST", url + "/generate", json=body) as reply:
+            reply.raise_for_status()
+            async for line in reply.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                tokens = json.loads(data)["meta_info"]["completion_tokens"]
+                if tokens > rec.output_tokens:
+                    now = time.perf_counter()
+                    rec.first = rec.first or now
+                    rec.chunks.append(now)
+                    rec.output_tokens = tokens
+        rec.end = time.perf_counter()
+    except (httpx.HTTPError, KeyError, json.JSONDecodeError) as exc:
+        rec.error = f"{type(exc).__name__}: {exc}"
+    return rec
+
+
+def request(prompt: list[int], output_len: int, seed: int, temperature: float = 0.6) -> dict:
+    return {
+        "input_ids": prompt, "stream": True,
+        "sampling_params": {"max_new_tokens": output_len, "ignore_eos": True,
+                            "temperature": temperature, "sampling_seed": seed},
+    }
+
+
+async def run(url: str, bodies: list[dict], concurrency: int, timeout: float = 3600) -> tuple[list[Record], float]:
+    """Send ``bodies`` keeping at most ``concurrency`` in flight (closed loop); records in order."""
+    gate = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+
+        async def bounded(body):
+            async with gate:
+                return await _one(client, url, body)
+
+        start = time.perf_counter()
+        records = await asyncio.gather(*(bounded(b) for b in bodies))
+        return list(records), time.perf_counter() - start

@@ -1,0 +1,70 @@
+"""Padding worst case: one active request while the decode graph has N slots (N = --max-running-requests).
+
+For each N, a ``--corun`` server replays the size-N graph for a single
+request; its decode time per token (TPOT) against N shows what padding costs
+when the server is nearly idle. A default SGLang server (which pads only to
+its nearest captured size) gives the reference. Rows go to ``--out``.
+
+    python bench/padding.py --shape qwen3-8b --n 1,8,32,64,128,256 --out docs/results/bench/padding.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import client  # noqa: E402
+import workloads  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="qwen3-8b")
+    parser.add_argument("--checkpoint")
+    parser.add_argument("--n", default="1,8,32,64,128,256")
+    parser.add_argument("--input-len", type=int, default=512)
+    parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--server-args", default="--attention-backend flashinfer --disable-prefill-cuda-graph")
+    parser.add_argument("--out", default="docs/results/bench/padding.jsonl")
+    parser.add_argument("--logs", default="/tmp/bench-logs")
+    args = parser.parse_args(argv)
+
+    from corun_sglang import synthetic
+    from corun_sglang.launch import Server
+
+    ckpt = Path(args.checkpoint or f"/tmp/ckpt-{args.shape}")
+    if not (ckpt / "config.json").exists():
+        synthetic.write_checkpoint(ckpt, args.shape, seed=0)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.logs).mkdir(parents=True, exist_ok=True)
+    arms = [("STD", None)] + [("CoRun", int(n)) for n in args.n.split(",")]
+    for arm, n in arms:
+        extra = (["--corun", "--max-running-requests", str(n)] if n else []) + args.server_args.split()
+        server = Server(str(ckpt), extra, Path(args.logs) / f"padding-{arm}-{n}.log", timeout=900)
+        try:
+            tpots = []
+            for rep in range(args.reps):
+                prompt = workloads.prompts([(args.input_len, args.output_len)], seed=rep)[0]
+                records, duration = asyncio.run(
+                    client.run(server.url, [client.request(prompt, args.output_len, seed=rep)], 1)
+                )
+                tpots.append(client.summarize(records, duration)["median_tpot_ms"])
+        finally:
+            server.stop()
+        row = {"shape": args.shape, "arm": arm, "n": n, "tpot_ms": tpots,
+               "median_tpot_ms": statistics.median(tpots), "server_command": server.command}
+        with open(args.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"{arm} N={n}: median TPOT {row['median_tpot_ms']:.2f} ms", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Serving benchmark slices: STD vs BI vs CoRun, interleaved on one GPU, appended to a JSON-lines file.
+
+A slice is one checkpoint shape, a set of workloads and concurrencies, and
+``--reps`` repetitions. All arms' servers run side by side with the same
+``--mem-fraction-static`` (only one is loaded at a time), and every
+repetition visits the arms in a rotated order, so drift on the host hits all
+arms alike. Rows already in ``--out`` (same shape, workload, concurrency, arm,
+rep) are skipped: a slice cut short resumes where it stopped.
+
+    python bench/run.py --shape qwen3-8b --workloads sharegpt,fixed-1024-128 --reps 3 \\
+        --out docs/results/bench/runs.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import client  # noqa: E402
+import workloads  # noqa: E402
+
+ARMS = {
+    "STD": [],
+    "BI": ["--enable-deterministic-inference"],
+    "CoRun": ["--corun"],
+}
+
+
+def done_keys(out: Path) -> set[tuple]:
+    if not out.exists():
+        return set()
+    keys = set()
+    for line in out.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            keys.add((r["shape"], r["workload"], r["concurrency"], r["arm"], r["rep"]))
+    return keys
+
+
+def schedule(arms: list[str], reps: int) -> list[tuple[int, str]]:
+    """(rep, arm) in run order: each repetition visits every arm, starting one arm later."""
+    return [(rep, arms[(rep + k) % len(arms)]) for rep in range(reps) for k in range(len(arms))]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="qwen3-8b")
+    parser.add_argument("--checkpoint", help="existing checkpoint folder (default: written under /tmp)")
+    parser.add_argument("--workloads", default="sharegpt")
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--concurrency", default="256", help="comma-separated")
+    parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--max-running-requests", type=int, default=256)
+    parser.add_argument("--mem-fraction-static", type=float, default=0.28)
+    parser.add_argument("--chunked-prefill-size", type=int, default=8192)
+    parser.add_argument("--server-args", default="--attention-backend flashinfer")
+    parser.add_argument("--out", default="docs/results/bench/runs.jsonl")
+    parser.add_argument("--logs", default="/tmp/bench-logs")
+    args = parser.parse_args(argv)
+
+    from corun_sglang import synthetic
+    from corun_sglang.launch import Server
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    Path(args.logs).mkdir(parents=True, exist_ok=True)
+    arms = args.arms.split(",")
+    names = args.workloads.split(",")
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    todo = [
+        (w, c, rep, arm)
+        for w in names for c in concurrencies for rep, arm in schedule(arms, args.reps)
+        if (args.shape, w, c, arm, rep) not in done_keys(out)
+    ]
+    if not todo:
+        print("nothing to do: every row of this slice is in", out)
+        return 0
+    ckpt = Path(args.checkpoint or f"/tmp/ckpt-{args.shape}")
+    if not (ckpt / "config.json").exists():
+        synthetic.write_checkpoint(ckpt, args.shape, seed=0)
+    common = [
+        "--max-running-requests", str(args.max_running_requests),
+        "--mem-fraction-static", str(args.mem_fraction_static),
+        "--chunked-prefill-size", str(args.chunked_prefill_size),
+        *args.server_args.split(),
+    ]
+    servers = {}
+    try:
+        for arm in arms:  # one at a time: each measures its free memory at start
+            servers[arm] = Server(str(ckpt), ARMS[arm] + common, Path(args.logs) / f"{arm}.log", timeout=900)
+        for w, c, rep, arm in todo:
+            pairs = workloads.lengths(w, args.requests)
+            # Fresh prompts per repetition (no prefix-cache hits across reps), the same for every arm.
+            prompts = workloads.prompts(pairs, seed=1000 * names.index(w) + rep)
+            bodies = [client.request(p, o, seed=i) for i, (p, (_, o)) in enumerate(zip(prompts, pairs))]
+            records, duration = asyncio.run(client.run(servers[arm].url, bodies, c))
+            row = {
+                "shape": args.shape, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
+                "requests": len(bodies), "time": time.time(),
+                "server_command": servers[arm].command, **client.summarize(records, duration),
+            }
+            with open(out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"{args.shape} {w} c={c} rep={rep} {arm}: {row['output_throughput']:.0f} tok/s, "
+                  f"median TPOT {row['median_tpot_ms']:.1f} ms, failed {row['failed']}", flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Aggregate the determinism suite's JSON lines into a markdown report and a JSON summary.
+
+usage: scripts/determinism_report.py RESULTS_DIR [--out docs/results/determinism.md] [--command "..."] [--host "..."]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+from pathlib import Path
+
+SCENARIOS = {
+    "a": "bs 1 vs bs 32 (32 prompts, T 0.6, 16 tokens)",
+    "b": "needle at a random position in batches of 64-256 (128 tokens)",
+    "c": "arrival-order permutations (3 x 32 prompts)",
+    "d": "needle while 1, 7, 63, 255 others run",
+    "e": "long outputs (1024 tokens)",
+    "f": "prompts longer than 3 chunks",
+    "g": "n = 4: reproducible (distinct samples noted)",
+    "h": "co-runners aborted mid-generation",
+}
+ARMS = ("default", "deterministic", "corun")
+
+
+def aggregate(rows: list[dict]) -> dict:
+    cells = collections.defaultdict(lambda: [0, 0])
+    for r in rows:
+        cell = cells[(r["shape"], r["scenario"], r["arm"])]
+        cell[0] += r["divergent"]
+        cell[1] += r["comparisons"]
+    totals = {arm: [sum(v[0] for k, v in cells.items() if k[2] == arm),
+                    sum(v[1] for k, v in cells.items() if k[2] == arm)] for arm in ARMS}
+    return {"cells": {"|".join(k): v for k, v in sorted(cells.items())}, "totals": totals}
+
+
+def render(summary: dict, command: str, host: str) -> str:
+    cells = {tuple(k.split("|")): v for k, v in summary["cells"].items()}
+    shapes = sorted({k[0] for k in cells})
+    lines = ["# Determinism suite", "", f"Host: {host}", "", "Command:", "", f"    {command}", ""]
+    for shape in shapes:
+        lines += [f"## {shape}", "", "| scenario | " + " | ".join(ARMS) + " |",
+                  "| --- | " + " | ".join("---:" for _ in ARMS) + " |"]
+        for s, title in SCENARIOS.items():
+            row = []
+            for arm in ARMS:
+                v = cells.get((shape, s, arm))
+                row.append("-" if v is None else f"{v[0]} / {v[1]}")
+            lines.append(f"| {s}. {title} | " + " | ".join(row) + " |")
+        lines.append("")
+    lines += ["Cells are divergent / compared (token ids and sampled-token logprobs, bitwise).", "",
+              "| arm | divergent | comparisons |", "| --- | ---: | ---: |"]
+    for arm, (bad, total) in summary["totals"].items():
+        lines.append(f"| {arm} | {bad} | {total} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results")
+    parser.add_argument("--out", default="docs/results/determinism.md")
+    parser.add_argument("--command", default="scripts/determinism_suite.sh")
+    parser.add_argument("--host", default="")
+    args = parser.parse_args(argv)
+    rows = [json.loads(line) for line in (Path(args.results) / "suite.jsonl").read_text().splitlines() if line]
+    summary = aggregate(rows)
+    out = Path(args.out)
+    out.write_text(render(summary, args.command, args.host))
+    out.with_suffix(".json").write_text(json.dumps({"rows": rows, **summary}, indent=1))
+    print(out.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

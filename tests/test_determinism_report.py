@@ -1,0 +1,32 @@
+"""``scripts/determinism_report.py``: suite rows aggregate into per-cell and per-arm counts."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "determinism_report.py"
+spec = importlib.util.spec_from_file_location("determinism_report", SCRIPT)
+report = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(report)
+
+
+def _row(shape, arm, scenario, divergent, comparisons):
+    return {"shape": shape, "arm": arm, "scenario": scenario, "divergent": divergent,
+            "comparisons": comparisons, "first_steps": []}
+
+
+def test_cells_and_totals_add_up(tmp_path):
+    rows = [
+        _row("qwen3-8b", "corun", "a", 0, 32), _row("qwen3-8b", "corun", "b", 0, 4),
+        _row("qwen3-8b", "corun", "b", 0, 4), _row("qwen3-8b", "default", "a", 30, 32),
+        _row("qwen3-moe-small", "deterministic", "d", 0, 4),
+    ]
+    (tmp_path / "suite.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "determinism.md"
+    assert report.main([str(tmp_path), "--out", str(out), "--host", "H200"]) == 0
+    text = out.read_text()
+    assert "| b. needle at a random position in batches of 64-256 (128 tokens) | - | - | 0 / 8 |" in text
+    assert "| a. bs 1 vs bs 32 (32 prompts, T 0.6, 16 tokens) | 30 / 32 | - | 0 / 32 |" in text
+    assert "| corun | 0 | 40 |" in text and "| default | 30 | 32 |" in text
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert summary["totals"]["deterministic"] == [0, 4]
