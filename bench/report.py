@@ -18,6 +18,7 @@ import statistics
 from pathlib import Path
 
 ARMS = ("STD", "BI", "CoRun")
+ABLATION_ARMS = ("SplitKV-off", "SplitKV-off+IsoPrefill")
 
 
 def load(path: Path) -> list[dict]:
@@ -113,6 +114,15 @@ def render(rows: list[dict], c: dict, plots: dict[tuple, str], header: str) -> s
                       + ", ".join(f"{arm} {agg[arm]:.0f}" for arm in ARMS if arm in agg)]
             if "CoRun" in agg and "BI" in agg and "STD" in agg:
                 lines.append(f"CoRun/BI {agg['CoRun'] / agg['BI']:.2f}, CoRun/STD {agg['CoRun'] / agg['STD']:.2f}")
+        lines.append("")
+    ablation = sorted({k for k in c if k[3] in ABLATION_ARMS})
+    if ablation:
+        lines += ["## Ablations (output throughput relative to STD, medians)", "",
+                  "| shape | workload | concurrency | " + " | ".join(ABLATION_ARMS + ("CoRun",)) + " |",
+                  "| --- | --- | ---: | " + " | ".join("---:" for _ in ABLATION_ARMS + ("CoRun",)) + " |"]
+        for key in sorted({k[:3] for k in ablation}):
+            vals = [_fmt(ratio(c, key, arm, "STD")) for arm in ABLATION_ARMS + ("CoRun",)]
+            lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(vals) + " |")
         lines.append("")
     lines.append("Throughput cells: median (min-max) over repetitions.")
     return "\n".join(lines) + "\n"

@@ -29,6 +29,9 @@ ARMS = {
     "STD": [],
     "BI": ["--enable-deterministic-inference"],
     "CoRun": ["--corun"],
+    # ablations (``--arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun``)
+    "SplitKV-off": ["--corun-ablation", "splitkv-off"],
+    "SplitKV-off+IsoPrefill": ["--corun-ablation", "splitkv-off+isolated-prefill"],
 }
 
 
@@ -55,7 +58,7 @@ def main(argv=None) -> int:
     parser.add_argument("--workloads", default="sharegpt")
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--concurrency", default="256", help="comma-separated")
-    parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument("--arms", default="STD,BI,CoRun", help=f"comma-separated, of {', '.join(ARMS)}")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--max-running-requests", type=int, default=256)
     parser.add_argument("--mem-fraction-static", type=float, default=0.28)

@@ -38,6 +38,14 @@ def _serving_corun() -> bool:
     return _corun(_server_args())
 
 
+def _applies(mechanism: str) -> bool:
+    """Whether this process applies ``mechanism``: under ``--corun``, or in a ``--corun-ablation``."""
+    from corun_sglang.config import ablation_mechanisms
+
+    args = _server_args()
+    return _corun(args) or mechanism in ablation_mechanisms(getattr(args, "corun_ablation", None))
+
+
 # ----------------------------------------------------------------- startup
 
 
@@ -69,7 +77,7 @@ def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
 
 def chunked_req_token_budget(original, self):
     """Next chunk of a chunked prefill: the configured chunk size, whatever memory is free."""
-    if not _serving_corun():
+    if not _applies("isolated-prefill"):
         return original(self)
     return policy.chunk_budget(self.rem_chunk_tokens)
 
@@ -124,14 +132,14 @@ def eager_decode(original, self, forward_batch, *args, **kwargs):
 
 def use_tensor_core(original, *args, **kwargs):
     """FlashInfer decode on the tensor-core (prefill) kernels: the only decode plan that can turn split-KV off."""
-    if _serving_corun():
+    if _applies("splitkv-off"):
         return True
     return original(*args, **kwargs)
 
 
 def decode_plan(original, self, *args, **kwargs):
     """Every FlashInfer decode plan (graph capture, replay, eager) runs without split-KV."""
-    if not _serving_corun():
+    if not _applies("splitkv-off"):
         return original(self, *args, **kwargs)
     bound = inspect.signature(original).bind(self, *args, **kwargs)
     bound.arguments["fixed_split_size"] = None

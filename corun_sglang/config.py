@@ -32,12 +32,49 @@ ATTENTION_BACKEND = "flashinfer"
 #: The sampling backend whose draws are bound to requests (``corun_sglang.sampler``).
 SAMPLING_BACKEND = "corun"
 
+#: Tensor-parallel sizes served under --corun (each verified on GPUs with its collectives).
+TP_SIZES_VERIFIED = frozenset({1})
+
+#: Server options that switch all-reduce to a collective other than NCCL's.
+CUSTOM_COLLECTIVES = (
+    "enable_nccl_nvls", "enable_symm_mem", "enable_mscclpp", "enable_torch_symm_mem",
+    "enable_quant_communications", "enable_fused_moe_sum_all_reduce",
+)
+
+#: NCCL settings for TP > 1: every all-reduce on the tree algorithm with one protocol, no
+#: NVLink SHARP, so neither the algorithm nor the protocol can change with message size.
+NCCL_ENV = {"NCCL_ALGO": "allreduce:tree", "NCCL_PROTO": "Simple", "NCCL_NVLS_ENABLE": "0"}
+
 #: Requests per prefill (extend) batch.
 PREFILL_REQUESTS_PER_BATCH = 1
 
 #: ``--random-seed`` when not given: derived seeds of unseeded requests must
 #: survive a restart, which SGLang's default (a fresh random seed) would break.
 DEFAULT_RANDOM_SEED = 0
+
+
+#: Subsets of CoRun's mechanisms that ``--corun-ablation`` applies without ``--corun``, to
+#: measure what each costs. Such a server makes no determinism promise.
+ABLATIONS: dict[str, frozenset[str]] = {
+    "splitkv-off": frozenset({"splitkv-off"}),
+    "splitkv-off+isolated-prefill": frozenset({"splitkv-off", "isolated-prefill"}),
+}
+
+
+def ablation_mechanisms(name: str | None) -> frozenset[str]:
+    """The mechanisms an ablation applies (empty for None); ``CorunConfigError`` for an unknown name."""
+    if name is None:
+        return frozenset()
+    if name not in ABLATIONS:
+        raise CorunConfigError([f"--corun-ablation {name}: unknown; choose one of {', '.join(ABLATIONS)}"])
+    return ABLATIONS[name]
+
+
+def ablation_defaults(name: str | None) -> dict[str, Any]:
+    """Options an ablation sets: isolated prefill runs one request per prefill batch."""
+    if "isolated-prefill" in ablation_mechanisms(name):
+        return {"prefill_max_requests": PREFILL_REQUESTS_PER_BATCH, "enable_mixed_chunk": False}
+    return {}
 
 
 class CorunConfigError(ValueError):
@@ -159,9 +196,17 @@ REFUSALS: tuple[Refusal, ...] = (
     ),
     Refusal(
         "--tp-size",
-        lambda a: (a.tp_size or 1) > 1,
-        "TP > 1 needs a fixed-order all-reduce, which --corun does not provide yet",
-        "use --tp-size 1",
+        lambda a: (a.tp_size or 1) not in TP_SIZES_VERIFIED,
+        "only the tensor-parallel sizes whose fixed-order all-reduce has been verified on GPUs "
+        f"are served ({sorted(TP_SIZES_VERIFIED)})",
+        f"use --tp-size {max(TP_SIZES_VERIFIED)} or less",
+    ),
+    Refusal(
+        "--enable-nccl-nvls / --enable-symm-mem / --enable-mscclpp / --enable-torch-symm-mem / "
+        "--enable-quant-communications / --enable-fused-moe-sum-all-reduce",
+        lambda a: any(getattr(a, f, False) for f in CUSTOM_COLLECTIVES),
+        "these collectives choose their reduction order by message size and topology",
+        "remove them; --corun runs every all-reduce on NCCL's tree algorithm",
     ),
     Refusal(
         "--enable-two-batch-overlap / --enable-single-batch-overlap",
@@ -260,7 +305,9 @@ def defaults(args: Any) -> dict[str, Any]:
     that conflicts are reported by ``refusals()`` instead.
     """
     n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
+    tp = {"disable_custom_all_reduce": True} if (args.tp_size or 1) > 1 else {}
     return {
+        **tp,
         "max_running_requests": n,
         "cuda_graph_bs_decode": [n],
         "cuda_graph_max_bs_decode": n,
@@ -294,6 +341,17 @@ class CorunConfig:
             f"sampling={self.sampling_backend}, random_seed={self.random_seed}, "
             "radix_cache=off, mixed_chunk=off, batch_invariant_ops=off"
         )
+
+
+def collective_env(args: Any, environ: dict) -> tuple[dict, list[str]]:
+    """NCCL variables to set for ``args``, and conflicts with values already in ``environ``."""
+    if (args.tp_size or 1) <= 1:
+        return {}, []
+    conflicts = [
+        f"{k}={environ[k]} in the environment: --corun with TP > 1 needs {k}={v}. Fix: unset {k}"
+        for k, v in NCCL_ENV.items() if k in environ and environ[k] != v
+    ]
+    return dict(NCCL_ENV), conflicts
 
 
 def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+from typing import Optional
 
 from sglang.srt.arg_groups.arg_utils import A
 from sglang.srt.server_args import ServerArgs as SGLangServerArgs
@@ -37,14 +39,30 @@ class CorunServerArgs(SGLangServerArgs):
         "Isolated prefill, fixed-shape decode (N = --max-running-requests, default 256), "
         "decode attention without split-KV and request-bound sampling RNG.",
     ] = False
+    corun_ablation: A[
+        Optional[str],
+        "Benchmarking only, without --corun: apply a subset of CoRun's mechanisms "
+        "(splitkv-off, splitkv-off+isolated-prefill) to measure their cost. "
+        "Outputs are NOT deterministic.",
+    ] = None
 
     def __post_init__(self):
         if not self.corun:
+            if self.corun_ablation is not None:
+                for name, value in config.ablation_defaults(self.corun_ablation).items():
+                    setattr(self, name, value)
+                logger.warning("corun ablation '%s': outputs are not deterministic", self.corun_ablation)
             super().__post_init__()
             return
-        problems = startup_problems() + config.refusals(self)
+        if self.corun_ablation is not None:
+            raise config.CorunConfigError(
+                ["--corun-ablation: a benchmarking subset of --corun. Fix: pass only one of them"]
+            )
+        env, conflicts = config.collective_env(self, os.environ)
+        problems = startup_problems() + config.refusals(self) + conflicts
         if problems:
             raise config.CorunConfigError(problems)
+        os.environ.update(env)  # inherited by the scheduler processes started later
         for name, value in config.defaults(self).items():
             setattr(self, name, value)
         super().__post_init__()

@@ -235,3 +235,14 @@ def test_unseeded_requests_get_the_derived_seed():
     obj = _tokenized("r", sp)
     adapters.send_one_request(lambda self, o: None, _manager(), obj)
     assert obj.sampling_params.sampling_seed == rng.request_seed(0, [5, 6, 7], rng.params_of(sp))
+
+
+@pytest.mark.parametrize(
+    "ablation,splitkv_off,isolated",
+    [(None, False, False), ("splitkv-off", True, False), ("splitkv-off+isolated-prefill", True, True)],
+)
+def test_ablations_apply_only_their_mechanisms(make_args, ablation, splitkv_off, isolated):
+    publish(make_args(corun_ablation=ablation), role="scheduler")
+    assert adapters._applies("splitkv-off") is splitkv_off
+    assert adapters._applies("isolated-prefill") is isolated
+    assert adapters._serving_corun() is False

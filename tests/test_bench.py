@@ -111,5 +111,16 @@ def test_report_medians_ratios_aggregate_and_plot(tmp_path):
     text = out.read_text()
     assert "| sharegpt | 1001 (1000-1002) | 501 (500-502) | 901 (900-902) | 1.80 | 0.90 | 0.50 |" in text
     assert (tmp_path / "bench-qwen3-8b-c256.png").stat().st_size > 1000
+    assert "Ablations" not in text
     agg = report.aggregate(rows, "qwen3-8b", 256)
     assert agg["STD"] == pytest.approx(2000 / (1000 / 1001 + 1000 / 2001), rel=1e-6)
+
+
+def test_report_lists_ablations_relative_to_std(tmp_path):
+    rows = [_row("STD", 0, "sharegpt", 1000), _row("SplitKV-off", 0, "sharegpt", 950),
+            _row("SplitKV-off+IsoPrefill", 0, "sharegpt", 920), _row("CoRun", 0, "sharegpt", 900)]
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "benchmarks.md"
+    report.main([str(runs), "--out", str(out)])
+    assert "| qwen3-8b | sharegpt | 256 | 0.95 | 0.92 | 0.90 |" in out.read_text()

@@ -56,6 +56,8 @@ REFUSED = [
     ({"sampling_backend": "flashinfer"}, "--sampling-backend"),
     ({"enable_dynamic_chunking": True}, "--enable-dynamic-chunking"),
     ({"enable_lora": True}, "--enable-lora"),
+    ({"enable_symm_mem": True}, "--enable-symm-mem"),
+    ({"enable_nccl_nvls": True}, "--enable-nccl-nvls"),
     ({"enable_return_hidden_states": True}, "--enable-return-hidden-states"),
     ({"enable_torch_compile": True}, "--enable-torch-compile"),
     ({"enable_hierarchical_cache": True}, "--enable-hierarchical-cache"),
@@ -134,3 +136,21 @@ def test_summary_is_one_line():
     )
     line = cfg.summary()
     assert "\n" not in line and "bs=[256]" in line and "prefill 1 request/batch" in line
+
+
+def test_tp_above_one_pins_nccl_tree_and_drops_custom_all_reduce(monkeypatch):
+    args = user_args(tp_size=2)
+    assert config.defaults(args)["disable_custom_all_reduce"] is True
+    env, conflicts = config.collective_env(args, {})
+    assert env == {"NCCL_ALGO": "allreduce:tree", "NCCL_PROTO": "Simple", "NCCL_NVLS_ENABLE": "0"}
+    assert conflicts == []
+    _, conflicts = config.collective_env(args, {"NCCL_ALGO": "ring", "NCCL_PROTO": "Simple"})
+    assert len(conflicts) == 1 and "NCCL_ALGO=ring" in conflicts[0]
+    assert config.collective_env(user_args(), {"NCCL_ALGO": "ring"}) == ({}, [])
+    assert "disable_custom_all_reduce" not in config.defaults(user_args())
+
+
+def test_tp_sizes_follow_the_verified_set(monkeypatch):
+    monkeypatch.setattr(config, "TP_SIZES_VERIFIED", frozenset({1, 2}))
+    assert config.refusals(user_args(tp_size=2)) == []
+    assert any("--tp-size" in p for p in config.refusals(user_args(tp_size=4)))

@@ -144,4 +144,19 @@ def test_without_corun_resolution_is_sglangs_own(sglang_plugins, tiny_model, arg
     ours = dataclasses.asdict(CorunServerArgs.from_cli_args(ns))
     theirs = dataclasses.asdict(sglang_cls.from_cli_args(ns))
     assert ours.pop("corun") is False
+    assert ours.pop("corun_ablation") is None
     assert ours == theirs
+
+
+def test_ablation_applies_isolated_prefill_without_corun(make_args):
+    args = make_args(corun_ablation="splitkv-off+isolated-prefill")
+    assert args.corun is False and args.prefill_max_requests == 1
+
+
+def test_ablation_names_are_checked_and_exclusive_with_corun(make_args):
+    from corun_sglang.config import CorunConfigError
+
+    with pytest.raises(CorunConfigError, match="unknown"):
+        make_args(corun_ablation="everything")
+    with pytest.raises(CorunConfigError, match="only one"):
+        make_args(corun=True, corun_ablation="splitkv-off")

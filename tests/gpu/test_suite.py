@@ -7,7 +7,8 @@ comparison must be bitwise identical). Shapes come from ``CORUN_SUITE_SHAPES``
 (default ``qwen3-8b,qwen3-moe-small``); every server gets
 ``CORUN_SUITE_SERVER_ARGS`` (default ``--attention-backend flashinfer
 --disable-prefill-cuda-graph``) and ``--chunked-prefill-size 2048`` (scenario f
-needs prompts longer than three chunks). Each scenario appends one JSON line
+needs prompts longer than three chunks) and ``--tp-size $CORUN_SUITE_TP``
+(default 1; ``CORUN_SUITE_TP=2 ... -k "test_a or test_b"`` is the TP = 2 check). Each scenario appends one JSON line
 to ``$CORUN_RESULTS/suite.jsonl``; ``scripts/determinism_report.py`` turns them
 into ``docs/results/determinism.md``.
 """
@@ -30,9 +31,10 @@ ARMS = {
     "deterministic": ["--enable-deterministic-inference"],
     "corun": ["--corun"],
 }
+TP = int(os.environ.get("CORUN_SUITE_TP", "1"))
 SERVER_ARGS = os.environ.get(
     "CORUN_SUITE_SERVER_ARGS", "--attention-backend flashinfer --disable-prefill-cuda-graph"
-).split() + ["--chunked-prefill-size", "2048"]
+).split() + ["--chunked-prefill-size", "2048", "--tp-size", str(TP)]
 MUST_DIVERGE_IN_DEFAULT = {"a", "b", "d"}
 
 
@@ -51,7 +53,8 @@ def served(request, launch, tmp_path_factory):
 
 
 def _record(shape, arm, scenario, divergences, **extra):
-    row = {"shape": shape, "arm": arm, "scenario": scenario, **harness.summary(divergences), **extra}
+    label = shape if TP == 1 else f"{shape}-tp{TP}"
+    row = {"shape": label, "arm": arm, "scenario": scenario, "tp": TP, **harness.summary(divergences), **extra}
     folder = os.environ.get("CORUN_RESULTS")
     if folder:
         with open(Path(folder) / "suite.jsonl", "a") as f:
