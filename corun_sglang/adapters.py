@@ -7,6 +7,7 @@ server runs without ``--corun``. Decisions live in ``policy`` (scheduling) and
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 
@@ -92,10 +93,11 @@ def add_one_req(original, self, req, *args, **kwargs):
     """Admit a waiting request only under full-sequence admission (``policy.admits``)."""
     if not _serving_corun():
         return original(self, req, *args, **kwargs)
+    if self.can_run_list:  # this prefill batch is taken: SGLang's own limit refuses the request
+        return original(self, req, *args, **kwargs)
     from sglang.srt.managers.schedule_policy import AddReqResult
 
-    running = [] if self.running_batch is None else list(self.running_batch.reqs)
-    running += [r for r in self.can_run_list if r not in running]
+    running = [] if self.running_batch is None else self.running_batch.reqs
     if not policy.admits(
         candidate=_reserved(req, self.page_size),
         running=[_reserved(r, self.page_size) for r in running],
@@ -137,11 +139,16 @@ def use_tensor_core(original, *args, **kwargs):
     return original(*args, **kwargs)
 
 
+@functools.lru_cache(maxsize=None)
+def _signature(fn) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
 def decode_plan(original, self, *args, **kwargs):
     """Every FlashInfer decode plan (graph capture, replay, eager) runs without split-KV."""
     if not _applies("splitkv-off"):
         return original(self, *args, **kwargs)
-    bound = inspect.signature(original).bind(self, *args, **kwargs)
+    bound = _signature(original).bind(self, *args, **kwargs)
     bound.arguments["fixed_split_size"] = None
     bound.arguments["disable_split_kv"] = True
     return original(*bound.args, **bound.kwargs)

@@ -69,12 +69,16 @@ def _scenarios(url):
     reversed_ = harness.generate(url, sampled[::-1])[::-1]
     among = _among(url, sampled)
     greedy_alone = harness.generate(url, greedy, concurrent=False)
+    greedy_together = harness.generate(url, greedy)
+    greedy_reversed = harness.generate(url, greedy[::-1])[::-1]
     greedy_among = _among(url, greedy)
     return {
         "outputs_together": together,
         "sampled: alone vs together": harness.compare(alone, together),
         "sampled: alone vs reversed": harness.compare(alone, reversed_),
         "sampled: alone vs among co-runners": harness.compare(alone, among),
+        "greedy: alone vs together": harness.compare(greedy_alone, greedy_together),
+        "greedy: alone vs reversed": harness.compare(greedy_alone, greedy_reversed),
         "greedy: alone vs among co-runners": harness.compare(greedy_alone, greedy_among),
     }
 
