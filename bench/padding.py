@@ -20,30 +20,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import client  # noqa: E402
+import common  # noqa: E402
 import workloads  # noqa: E402
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="qwen3-8b")
-    parser.add_argument("--checkpoint")
+    common.add_options(parser, out="docs/results/bench/padding.jsonl",
+                       server_args="--attention-backend flashinfer --disable-prefill-cuda-graph")
     parser.add_argument("--n", default="1,8,32,64,128,256")
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=256)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--server-args", default="--attention-backend flashinfer --disable-prefill-cuda-graph")
-    parser.add_argument("--out", default="docs/results/bench/padding.jsonl")
-    parser.add_argument("--logs", default="/tmp/bench-logs")
     args = parser.parse_args(argv)
 
-    from corun_sglang import synthetic
     from corun_sglang.launch import Server
 
-    ckpt = Path(args.checkpoint or f"/tmp/ckpt-{args.shape}")
-    if not (ckpt / "config.json").exists():
-        synthetic.write_checkpoint(ckpt, args.shape, seed=0)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.logs).mkdir(parents=True, exist_ok=True)
+    ckpt = common.prepare(args)
     arms = [("STD", None)] + [("CoRun", int(n)) for n in args.n.split(",")]
     for arm, n in arms:
         extra = (["--corun", "--max-running-requests", str(n)] if n else []) + args.server_args.split()

@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import client  # noqa: E402
+import common  # noqa: E402
 import workloads  # noqa: E402
 
 ARMS = {
@@ -53,8 +54,7 @@ def schedule(arms: list[str], reps: int) -> list[tuple[int, str]]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="qwen3-8b")
-    parser.add_argument("--checkpoint", help="existing checkpoint folder (default: written under /tmp)")
+    common.add_options(parser, out="docs/results/bench/runs.jsonl", server_args="--attention-backend flashinfer")
     parser.add_argument("--workloads", default="sharegpt")
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--concurrency", default="256", help="comma-separated")
@@ -63,17 +63,11 @@ def main(argv=None) -> int:
     parser.add_argument("--max-running-requests", type=int, default=256)
     parser.add_argument("--mem-fraction-static", type=float, default=0.28)
     parser.add_argument("--chunked-prefill-size", type=int, default=8192)
-    parser.add_argument("--server-args", default="--attention-backend flashinfer")
-    parser.add_argument("--out", default="docs/results/bench/runs.jsonl")
-    parser.add_argument("--logs", default="/tmp/bench-logs")
     args = parser.parse_args(argv)
 
-    from corun_sglang import synthetic
     from corun_sglang.launch import Server
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    Path(args.logs).mkdir(parents=True, exist_ok=True)
     arms = args.arms.split(",")
     names = args.workloads.split(",")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
@@ -85,10 +79,8 @@ def main(argv=None) -> int:
     if not todo:
         print("nothing to do: every row of this slice is in", out)
         return 0
-    ckpt = Path(args.checkpoint or f"/tmp/ckpt-{args.shape}")
-    if not (ckpt / "config.json").exists():
-        synthetic.write_checkpoint(ckpt, args.shape, seed=0)
-    common = [
+    ckpt = common.prepare(args)
+    shared = [
         "--max-running-requests", str(args.max_running_requests),
         "--mem-fraction-static", str(args.mem_fraction_static),
         "--chunked-prefill-size", str(args.chunked_prefill_size),
@@ -97,7 +89,7 @@ def main(argv=None) -> int:
     servers = {}
     try:
         for arm in arms:  # one at a time: each measures its free memory at start
-            servers[arm] = Server(str(ckpt), ARMS[arm] + common, Path(args.logs) / f"{arm}.log", timeout=900)
+            servers[arm] = Server(str(ckpt), ARMS[arm] + shared, Path(args.logs) / f"{arm}.log", timeout=900)
         for w, c, rep, arm in todo:
             pairs = workloads.lengths(w, args.requests)
             # Fresh prompts per repetition (no prefix-cache hits across reps), the same for every arm.

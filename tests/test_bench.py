@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import client  # noqa: E402
+import common  # noqa: E402
 import report  # noqa: E402
 import run  # noqa: E402
 import workloads  # noqa: E402
@@ -124,3 +125,15 @@ def test_report_lists_ablations_relative_to_std(tmp_path):
     out = tmp_path / "benchmarks.md"
     report.main([str(runs), "--out", str(out)])
     assert "| qwen3-8b | sharegpt | 256 | 0.95 | 0.92 | 0.90 |" in out.read_text()
+
+
+def test_common_options_and_prepare_reuse_an_existing_checkpoint(tmp_path):
+    import argparse
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    parser = argparse.ArgumentParser()
+    common.add_options(parser, out=str(tmp_path / "o" / "runs.jsonl"), server_args="--x")
+    args = parser.parse_args(["--checkpoint", str(tmp_path / "ckpt"), "--logs", str(tmp_path / "logs")])
+    assert common.prepare(args) == tmp_path / "ckpt"
+    assert (tmp_path / "o").is_dir() and (tmp_path / "logs").is_dir() and args.server_args == "--x"
