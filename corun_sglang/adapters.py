@@ -197,7 +197,6 @@ def _seed_request(manager, tokenized_obj) -> None:
     if len(counters) > 65536:
         counters.pop(next(iter(counters)))
     child = copy.copy(sp)
-    child.sampling_seed = None
     base = sp.sampling_seed
     if base is None:
         base = rng.request_seed(manager.server_args.random_seed, input_ids, rng.params_of(sp))

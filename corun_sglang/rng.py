@@ -137,11 +137,12 @@ def floors(
     if rows == 0:
         return out
     ks = top_ks.to(torch.int64).clamp(min=1, max=vocab)
-    if need_top_k and bool((ks < vocab).any()):
-        kmax = int(ks[ks < vocab].max())
+    k_rows = (ks > 1) & (ks < vocab)  # greedy rows (k = 1) take the arg-max without a floor
+    if need_top_k and bool(k_rows.any()):
+        kmax = int(ks[k_rows].max())
         top = torch.topk(scaled, kmax, dim=-1, sorted=True).values
         kth = top.gather(1, (ks.clamp(max=kmax) - 1).view(-1, 1)).squeeze(1)
-        out = torch.where(ks < vocab, torch.maximum(out, kth), out)
+        out = torch.where(k_rows, torch.maximum(out, kth), out)
     ps = top_ps.to(torch.float32)
     if need_top_p and bool((ps < 1.0).any()):
         out = torch.where(ps < 1.0, torch.maximum(out, _top_p_floor(scaled, ps)), out)
@@ -201,9 +202,13 @@ def sample(
         return out
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     temps = temperatures.reshape(-1).to(torch.float32).contiguous()
-    greedy = (top_ks.reshape(-1) <= 1).to(torch.int8).contiguous()
-    filtering = need_top_k or need_top_p or need_min_p
-    if filtering:
+    ks = top_ks.reshape(-1)
+    greedy = (ks <= 1).to(torch.int8).contiguous()
+    # SGLang's batch flags say a filter may apply; skip the [rows, vocab] pass unless a row needs it.
+    need_top_k = need_top_k and bool(((ks > 1) & (ks < vocab)).any())
+    need_top_p = need_top_p and bool((top_ps < 1.0).any())
+    need_min_p = need_min_p and bool((min_ps > 0).any())
+    if need_top_k or need_top_p or need_min_p:
         scaled = torch.div(logits.float(), temps.view(-1, 1))
         fl = floors(scaled, top_ks, top_ps, min_ps, need_top_k, need_top_p, need_min_p)
         del scaled

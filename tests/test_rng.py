@@ -161,3 +161,12 @@ def test_top_p_window_and_full_sort_agree(monkeypatch):
     monkeypatch.setattr(rng, "TOP_P_WINDOW", 16)
     narrow = rng.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
     assert torch.equal(wide, narrow)
+
+
+def test_greedy_rows_get_no_floor():
+    batch = _batch(3, 50)
+    batch["top_ks"][:] = torch.tensor([1, 5, ALL], dtype=torch.int32)
+    scaled = batch["logits"] / batch["temperatures"]
+    fl = rng.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
+    assert fl[0] == -float("inf") and fl[2] == -float("inf")
+    assert fl[1] == scaled[1].topk(5).values[-1]
