@@ -1,10 +1,13 @@
 """Serving benchmark slices: STD vs BI vs CoRun, interleaved on one GPU, appended to a JSON-lines file.
 
 A slice is one checkpoint shape, a set of workloads and concurrencies, and
-``--reps`` repetitions. All arms' servers run side by side with the same
-``--mem-fraction-static`` (only one is loaded at a time), and every
-repetition visits the arms in a rotated order, so drift on the host hits all
-arms alike. Rows already in ``--out`` (same shape, workload, concurrency, arm,
+``--reps`` repetitions. All arms' servers run side by side (only one is loaded
+at a time), each with ``--static-gb`` of static memory (weights + KV pool,
+turned into ``--mem-fraction-static`` from the memory free at its start) and,
+with ``--max-total-tokens``, the same KV pool; every repetition visits the
+arms in a rotated order, so drift on the host hits all arms alike. A model
+too large for side by side takes ``--one-at-a-time``: each arm's server is
+started when its turn comes and stopped before the next arm's starts. Rows already in ``--out`` (same shape, workload, concurrency, arm,
 rep) are skipped: a slice cut short resumes where it stopped.
 
     python bench/run.py --shape qwen3-8b --workloads sharegpt,fixed-1024-128 --reps 3 \\
@@ -61,7 +64,11 @@ def main(argv=None) -> int:
     parser.add_argument("--arms", default="STD,BI,CoRun", help=f"comma-separated, of {', '.join(ARMS)}")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--max-running-requests", type=int, default=256)
-    parser.add_argument("--mem-fraction-static", type=float, default=0.28)
+    parser.add_argument("--static-gb", type=float, default=38.0,
+                        help="static GPU memory (weights + KV pool) per server, GiB")
+    parser.add_argument("--max-total-tokens", type=int, help="KV pool size, the same for every arm")
+    parser.add_argument("--one-at-a-time", action="store_true",
+                        help="run one server at a time (models too large for side by side)")
     parser.add_argument("--chunked-prefill-size", type=int, default=8192)
     args = parser.parse_args(argv)
 
@@ -76,26 +83,40 @@ def main(argv=None) -> int:
         for w in names for c in concurrencies for rep, arm in schedule(arms, args.reps)
         if (args.shape, w, c, arm, rep) not in done_keys(out)
     ]
+    if args.one_at_a_time:  # arm-major within each repetition: one server start per (rep, arm)
+        order = {step: i for i, step in enumerate(schedule(arms, args.reps))}
+        todo.sort(key=lambda t: order[(t[2], t[3])])
     if not todo:
         print("nothing to do: every row of this slice is in", out)
         return 0
     ckpt = common.prepare(args)
     shared = [
         "--max-running-requests", str(args.max_running_requests),
-        "--mem-fraction-static", str(args.mem_fraction_static),
         "--chunked-prefill-size", str(args.chunked_prefill_size),
+        *(["--max-total-tokens", str(args.max_total_tokens)] if args.max_total_tokens else []),
         *args.server_args.split(),
     ]
     servers = {}
+
+    def serve(arm):
+        if arm not in servers:
+            if args.one_at_a_time:
+                for other in list(servers):
+                    servers.pop(other).stop()
+            servers[arm] = Server(str(ckpt), ARMS[arm] + shared, Path(args.logs) / f"{arm}.log",
+                                  timeout=900, static_gb=args.static_gb)
+        return servers[arm]
+
     try:
-        for arm in arms:  # one at a time: each measures its free memory at start
-            servers[arm] = Server(str(ckpt), ARMS[arm] + shared, Path(args.logs) / f"{arm}.log", timeout=900)
+        if not args.one_at_a_time:
+            for arm in arms:  # started one after another: each sizes its memory at start
+                serve(arm)
         for w, c, rep, arm in todo:
             pairs = workloads.lengths(w, args.requests)
             # Fresh prompts per repetition (no prefix-cache hits across reps), the same for every arm.
             prompts = workloads.prompts(pairs, seed=1000 * names.index(w) + rep)
             bodies = [client.request(p, o, seed=i) for i, (p, (_, o)) in enumerate(zip(prompts, pairs))]
-            records, duration = asyncio.run(client.run(servers[arm].url, bodies, c))
+            records, duration = asyncio.run(client.run(serve(arm).url, bodies, c))
             row = {
                 "shape": args.shape, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
                 "requests": len(bodies), "time": time.time(),

@@ -100,6 +100,16 @@ HOOKS: tuple[Hook, ...] = (
     ),
 )
 
+#: Seeded random-normal weights drawn in place by SGLang's dummy loader (tests and
+#: benchmarks; a pass-through unless ``synthetic.SEED_ENV`` is set). Outside the
+#: ``--corun`` contract, so ``unhooked()`` does not check it; ``launch.Server``
+#: checks that a server started with that variable logged its draw.
+SYNTHETIC = Hook(
+    "sglang.srt.model_loader.loader.DummyModelLoader.load_model",
+    HookType.AFTER,
+    "corun_sglang.synthetic:fill_dummy_model",
+)
+
 
 def register() -> None:
     """Register every hook with SGLang's registry (applied by ``load_plugins``).
@@ -114,7 +124,7 @@ def register() -> None:
 
     sampler.register()
     absent = {name[:4] for name in patches.missing()}
-    for hook in HOOKS:
+    for hook in HOOKS + (SYNTHETIC,):
         if hook.patch in absent:
             continue
         adapter = hook.load()

@@ -1,7 +1,18 @@
 """Start ``python -m sglang.launch_server`` as a subprocess and wait until it serves (GPU tests, benchmarks).
 
 The server runs in its own session, so ``stop()`` ends it and every process it
-started, freeing the GPU.
+started, freeing the GPU. A model folder with a config but no weight files
+(``synthetic.prepare(..., weights="in-place")``) is served with
+``--load-format dummy`` and ``synthetic.SEED_ENV`` set (default 0), so the
+server draws seeded random-normal weights itself; ``Server`` then checks that
+it logged the draw.
+
+SGLang sizes its static memory (weights + KV pool) as ``--mem-fraction-static``
+times the GPU memory free when it starts, so servers started one after
+another on one GPU with the same fraction get ever smaller pools.
+``static_gb`` asks for a size instead: the fraction is worked out from the
+free memory at launch. Side-by-side arms that must have identical pools also
+pass the same ``--max-total-tokens``.
 """
 
 from __future__ import annotations
@@ -20,15 +31,60 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
+
+def weightless(model_path: str) -> bool:
+    """A local model folder with ``config.json`` and no weight files."""
+    folder = Path(model_path)
+    return (folder / "config.json").exists() and not any(
+        p.name.endswith(WEIGHT_SUFFIXES) for p in folder.iterdir()
+    )
+
+
+def expects_synthetic_draw(command: list[str], environ) -> bool:
+    """Whether a server started with ``command`` in ``environ`` must log a synthetic-weight draw."""
+    from corun_sglang.synthetic import SEED_ENV
+
+    dummy = any(a == "--load-format=dummy" or (a == "--load-format" and b == "dummy")
+                for a, b in zip(command, command[1:] + [""]))
+    return dummy and SEED_ENV in environ
+
+
+def free_gpu_gb() -> float:
+    """Free memory of the fullest visible GPU, in GiB (``nvidia-smi``)."""
+    cmd = ["nvidia-smi", "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"]
+    rows = [line.split(",") for line in subprocess.check_output(cmd, text=True).strip().splitlines()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    wanted = {v.strip() for v in visible.split(",")} if visible else None
+    free = [float(mib) for index, mib in rows if wanted is None or index.strip() in wanted]
+    return min(free) / 1024
+
+
+def static_fraction(static_gb: float, free_gb: float) -> float:
+    """``--mem-fraction-static`` that gives ``static_gb`` when ``free_gb`` is free at start."""
+    if static_gb >= 0.95 * free_gb:
+        raise RuntimeError(f"{static_gb} GiB of static memory asked for, {free_gb:.1f} GiB free")
+    return round(static_gb / free_gb, 4)
+
+
 class Server:
     """``python -m sglang.launch_server`` in a subprocess, logging to a file."""
 
     def __init__(self, model_path: str, args: list[str], log: Path, timeout: float = 600,
-                 skip_tokenizer_init: bool = True):
+                 skip_tokenizer_init: bool = True, static_gb: float | None = None):
         import httpx
 
+        from corun_sglang.synthetic import SEED_ENV
+
+        if static_gb is not None and "--mem-fraction-static" not in args:
+            args = [*args, "--mem-fraction-static", str(static_fraction(static_gb, free_gpu_gb()))]
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.env = dict(os.environ)
+        if weightless(model_path) and "--load-format" not in args:
+            args = [*args, "--load-format", "dummy"]
+            self.env.setdefault(SEED_ENV, "0")
         self.command = [
             sys.executable, "-m", "sglang.launch_server", "--model-path", model_path,
             "--port", str(self.port), *(["--skip-tokenizer-init"] if skip_tokenizer_init else []), *args,
@@ -36,7 +92,7 @@ class Server:
         self.log = log
         self._out = open(log, "w")
         self.proc = subprocess.Popen(
-            self.command, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True
+            self.command, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -44,12 +100,22 @@ class Server:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_text()[-4000:]}")
             try:
                 if httpx.get(self.url + "/health", timeout=5).status_code == 200:
+                    self._check_synthetic_weights()
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(2)
         self.stop()
         raise TimeoutError(f"server not healthy after {timeout}s:\n{self.log_text()[-4000:]}")
+
+    def _check_synthetic_weights(self) -> None:
+        """With ``--load-format dummy`` and the synthetic seed set, the draw must have happened."""
+        from corun_sglang.synthetic import DRAW_LOG, SEED_ENV
+
+        if expects_synthetic_draw(self.command, self.env) and DRAW_LOG not in self.log_text():
+            self.stop()
+            raise RuntimeError(f"{SEED_ENV} is set but the server did not draw synthetic weights "
+                               f"(is corun-sglang's plugin loaded?); log: {self.log}")
 
     def log_text(self) -> str:
         if not self._out.closed:

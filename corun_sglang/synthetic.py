@@ -8,14 +8,38 @@ N(0, 1), norms from 1 + 0.1 N(0, 1) and the LM head from N(0, 0.05), from a
 seeded generator, so the same (shape, seed) gives the same files and logits
 with real spread.
 
-Usage (on the GPU host): ``python -m corun_sglang.synthetic DEST --shape qwen3-8b``.
+The same weights can also be drawn in place, with no files: write the config
+and tokenizer alone (``--config-only``), start SGLang with ``--load-format
+dummy`` and ``CORUN_SYNTHETIC_SEED=S`` in its environment, and every
+parameter the dummy loader made is redrawn, on its own device, from the
+distributions above with a generator seeded by (S, parameter name, TP rank);
+the parameters Qwen3 models replicate across TP ranks (norms, the MoE router)
+leave the rank out, so every rank holds the same copy.
+Parameters are drawn elementwise i.i.d., so fused or reordered layouts
+(``qkv_proj``, ``gate_up_proj``, stacked experts) get the same distribution as
+the files would give; the values differ from the files' (the draw order does).
+This is how a Qwen3-30B-A3B-shape model fits a host whose disk could not hold
+its 61 GB of files.
+
+Usage (on the GPU host): ``python -m corun_sglang.synthetic DEST --shape qwen3-8b [--config-only]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import logging
+import os
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+#: Environment variable: when set (to an integer seed), SGLang's dummy loader redraws the
+#: weights it made from this module's distributions.
+SEED_ENV = "CORUN_SYNTHETIC_SEED"
+#: What each process logs once it has drawn them.
+DRAW_LOG = "corun-sglang synthetic weights"
 
 SHAPES: dict[str, dict] = {
     # Qwen3-8B's architecture.
@@ -140,17 +164,86 @@ def _layer_shapes(cfg: dict, i: int) -> dict[str, tuple[tuple[int, ...], str]]:
     return {**attn, **experts}
 
 
-def _draw(shape, kind, gen, device):
+def _draw(shape, kind, gen, device, dtype=None):
     import torch
 
     x = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
     if kind == "norm":
         x = 1.0 + NORM_STD * x
+    elif kind == "zero":
+        x.zero_()
     else:
         std = {"linear": LINEAR_STD, "embed": EMBED_STD, "lm_head": LM_HEAD_STD,
                "router": ROUTER_LOGIT_STD / shape[-1] ** 0.5}[kind]
         x = x * std
-    return x.to(torch.bfloat16).cpu()
+    return x.to(dtype or torch.bfloat16)
+
+
+def param_kind(name: str, ndim: int) -> str:
+    """The distribution of an SGLang Qwen3 / Qwen3-MoE parameter, by its name in the loaded model."""
+    if "embed_tokens" in name:
+        return "embed"
+    if name.startswith("lm_head."):
+        return "lm_head"
+    if name.endswith("norm.weight"):
+        return "norm"
+    if name.endswith("mlp.gate.weight"):
+        return "router"
+    return "linear" if ndim >= 2 else "zero"
+
+
+#: Kinds of parameter that TP replicates in Qwen3 models (the rest are split across ranks).
+REPLICATED = frozenset({"norm", "router", "zero"})
+
+
+def _param_seed(seed: int, name: str, rank: int) -> int:
+    digest = hashlib.blake2b(f"{seed}:{rank}:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def _tp_rank() -> int:
+    try:
+        from sglang.srt.distributed import get_tensor_model_parallel_rank
+
+        return get_tensor_model_parallel_rank()
+    except (ImportError, AssertionError, AttributeError):
+        return 0
+
+
+def fill_model(model, seed: int, rank: int | None = None) -> dict[str, int]:
+    """Redraw every floating parameter of ``model`` in place; returns the count per kind.
+
+    A parameter's draw depends only on (seed, its name, its shape) and, for a
+    split one, the TP rank (default: this process's): it is the same on every
+    start, and replicated parameters are equal on every rank while the shards
+    of a split one differ.
+    """
+    import torch
+
+    rank = _tp_rank() if rank is None else rank
+    counts: dict[str, int] = {}
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if not torch.is_floating_point(param):
+                continue
+            kind = param_kind(name, param.dim())
+            owner = 0 if kind in REPLICATED else rank
+            gen = torch.Generator(device=param.device).manual_seed(_param_seed(seed, name, owner))
+            param.copy_(_draw(tuple(param.shape), kind, gen, param.device, param.dtype))
+            counts[kind] = counts.get(kind, 0) + 1
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return counts
+
+
+def fill_dummy_model(model, *args, **kwargs):
+    """AFTER hook on SGLang's ``DummyModelLoader.load_model``: a pass-through unless ``SEED_ENV`` is set."""
+    seed = os.environ.get(SEED_ENV)
+    if seed is None:
+        return None
+    counts = fill_model(model, int(seed))
+    logger.info("%s: seed %s, tensors %s", DRAW_LOG, seed, counts)
+    return model
 
 
 def write_checkpoint(dest: str | Path, shape: str = "qwen3-small", seed: int = 0, device: str = "cuda") -> Path:
@@ -171,12 +264,36 @@ def write_checkpoint(dest: str | Path, shape: str = "qwen3-small", seed: int = 0
     weight_map = {}
     for k, shard in enumerate(shards):
         name = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
-        tensors = {key: _draw(s, kind, gen, device) for key, (s, kind) in shard.items()}
+        tensors = {key: _draw(s, kind, gen, device).cpu() for key, (s, kind) in shard.items()}
         save_file(tensors, str(dest / name), metadata={"format": "pt"})
         weight_map.update({key: name for key in tensors})
     (dest / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1)
     )
+    write_config(dest, shape)
+    write_tokenizer(dest, shape)
+    return dest
+
+
+WEIGHTS = ("in-place", "files")
+
+
+def prepare(dest: str | Path, shape: str, weights: str = "in-place", seed: int = 0) -> Path:
+    """A model folder for ``shape`` at ``dest``, reused when its config is already there.
+
+    ``in-place``: config and tokenizer only; ``launch.Server`` serves such a
+    folder with the weights drawn inside SGLang (``SEED_ENV``). ``files``: the
+    whole checkpoint, written on the GPU.
+    """
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {WEIGHTS}, not {weights!r}")
+    dest = Path(dest)
+    if (dest / "config.json").exists():
+        if not (dest / "tokenizer.json").exists():
+            write_tokenizer(dest, shape)
+        return dest
+    if weights == "files":
+        return write_checkpoint(dest, shape, seed=seed)
     write_config(dest, shape)
     write_tokenizer(dest, shape)
     return dest
@@ -242,8 +359,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-small")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--config-only", action="store_true",
+                        help=f"config and tokenizer only, for --load-format dummy with {SEED_ENV} set")
     args = parser.parse_args(argv)
-    print(write_checkpoint(args.dest, args.shape, args.seed, args.device))
+    if args.config_only:
+        print(prepare(args.dest, args.shape, "in-place"))
+    else:
+        print(write_checkpoint(args.dest, args.shape, args.seed, args.device))
 
 
 if __name__ == "__main__":

@@ -14,12 +14,15 @@ from pathlib import Path
 SCENARIOS = {
     "a": "bs 1 vs bs 32 (32 prompts, T 0.6, 16 tokens)",
     "b": "needle at a random position in batches of 64-256 (128 tokens)",
-    "c": "arrival-order permutations (3 x 32 prompts)",
+    "c": "arrival-order permutations of 64 prompts (32 tokens)",
     "d": "needle while 1, 7, 63, 255 others run",
     "e": "long outputs (1024 tokens)",
     "f": "prompts longer than 3 chunks",
     "g": "n = 4: reproducible (distinct samples noted)",
     "h": "co-runners aborted mid-generation",
+    "http-verify": "OpenAI completions: alone vs 2 concurrent rounds of 128 (`verify`)",
+    "http-chat": "OpenAI chat: alone vs 64 concurrent clients",
+    "http-restart": "unseeded requests: before vs after a server restart",
 }
 ARMS = ("default", "deterministic", "corun")
 
@@ -43,6 +46,8 @@ def render(summary: dict, command: str, host: str) -> str:
         lines += [f"## {shape}", "", "| scenario | " + " | ".join(ARMS) + " |",
                   "| --- | " + " | ".join("---:" for _ in ARMS) + " |"]
         for s, title in SCENARIOS.items():
+            if not any((shape, s, arm) in cells for arm in ARMS):
+                continue
             row = []
             for arm in ARMS:
                 v = cells.get((shape, s, arm))
@@ -53,7 +58,20 @@ def render(summary: dict, command: str, host: str) -> str:
               "| arm | divergent | comparisons |", "| --- | ---: | ---: |"]
     for arm, (bad, total) in summary["totals"].items():
         lines.append(f"| {arm} | {bad} | {total} |")
+    lines += ["", "Checks:", ""] + [f"- {c}" for c in checks(summary)]
     return "\n".join(lines) + "\n"
+
+
+def checks(summary: dict) -> list[str]:
+    """The suite's claims, each stated with the counts behind it."""
+    cells = {tuple(k.split("|")): v for k, v in summary["cells"].items()}
+    bad, total = summary["totals"]["corun"]
+    out = [f"corun: {bad} divergent of {total} comparisons"]
+    for shape in sorted({k[0] for k in cells if not k[0].startswith("http-")}):
+        diverged = {s: cells.get((shape, s, "default")) for s in ("a", "b", "d")}
+        out.append(f"{shape}, default SGLang diverges in a, b, d: " + ", ".join(
+            f"{s} {'not run' if v is None else f'{v[0]} / {v[1]}'}" for s, v in diverged.items()))
+    return out
 
 
 def main(argv=None) -> int:

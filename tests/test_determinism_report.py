@@ -30,3 +30,16 @@ def test_cells_and_totals_add_up(tmp_path):
     assert "| corun | 0 | 40 |" in text and "| default | 30 | 32 |" in text
     summary = json.loads(out.with_suffix(".json").read_text())
     assert summary["totals"]["deterministic"] == [0, 4]
+
+
+def test_checks_state_the_corun_total_and_the_negative_controls(tmp_path):
+    rows = [_row("qwen3-8b", "corun", "c", 0, 1024), _row("qwen3-8b", "default", "a", 30, 32),
+            _row("qwen3-8b", "default", "b", 5, 8), _row("http-qwen3-small", "corun", "http-verify", 0, 32)]
+    summary = report.aggregate(rows)
+    assert report.checks(summary) == [
+        "corun: 0 divergent of 1056 comparisons",
+        "qwen3-8b, default SGLang diverges in a, b, d: a 30 / 32, b 5 / 8, d not run",
+    ]
+    text = report.render(summary, "cmd", "H200")
+    assert "## http-qwen3-small" in text and "| http-verify." in text
+    assert "| e. long outputs" not in text

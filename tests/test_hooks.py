@@ -13,8 +13,12 @@ def test_every_target_is_hooked_after_sglang_loads_plugins(sglang_plugins):
         assert hook.target in HookRegistry._patched
 
 
+def test_synthetic_weight_hook_is_applied_too(sglang_plugins):
+    assert hooks.unhooked((hooks.SYNTHETIC,)) == []
+
+
 def test_targets_are_named_once():
-    targets = [h.target for h in hooks.HOOKS]
+    targets = [h.target for h in hooks.HOOKS + (hooks.SYNTHETIC,)]
     assert len(targets) == len(set(targets))
 
 

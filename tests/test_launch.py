@@ -10,3 +10,35 @@ def test_a_refused_start_raises_with_the_log(tiny_model, tmp_path):
     with pytest.raises(RuntimeError, match="enable-mixed-chunk"):
         Server(tiny_model, ["--corun", "--enable-mixed-chunk", "--device", "cuda"], log, timeout=300)
     assert "CorunConfigError" in log.read_text()
+
+
+def test_a_dummy_load_with_the_synthetic_seed_must_log_its_draw():
+    from corun_sglang.launch import expects_synthetic_draw
+    from corun_sglang.synthetic import SEED_ENV
+
+    cmd = ["python", "-m", "sglang.launch_server", "--model-path", "m"]
+    assert expects_synthetic_draw(cmd + ["--load-format", "dummy"], {SEED_ENV: "0"})
+    assert expects_synthetic_draw(cmd + ["--load-format=dummy"], {SEED_ENV: "0"})
+    assert not expects_synthetic_draw(cmd + ["--load-format", "dummy"], {})
+    assert not expects_synthetic_draw(cmd + ["--load-format", "safetensors"], {SEED_ENV: "0"})
+    assert not expects_synthetic_draw(cmd, {SEED_ENV: "0"})
+
+
+def test_a_folder_without_weight_files_is_weightless(tmp_path):
+    from corun_sglang import synthetic
+    from corun_sglang.launch import weightless
+
+    folder = synthetic.prepare(tmp_path / "m", "qwen3-tiny", "in-place")
+    assert weightless(str(folder))
+    (folder / "model-00001-of-00001.safetensors").write_bytes(b"")
+    assert not weightless(str(folder))
+    assert not weightless(str(tmp_path))
+
+
+def test_static_memory_is_asked_for_as_a_size():
+    from corun_sglang.launch import static_fraction
+
+    assert static_fraction(30, 120) == 0.25
+    assert static_fraction(30, 60) == 0.5
+    with pytest.raises(RuntimeError, match="40 GiB"):
+        static_fraction(40, 41)

@@ -112,3 +112,91 @@ def test_router_logits_have_realistic_spread(moe):
     assert 1.2 < logits.std().item() < 1.8
     top = logits.topk(2, dim=-1).indices
     assert len({tuple(sorted(r)) for r in top.tolist()}) > 10  # many distinct expert pairs
+
+
+class _Named:
+    """Parameters under the names SGLang's Qwen3 / Qwen3-MoE models give them once loaded."""
+
+    SHAPES = {
+        "model.embed_tokens.weight": (512, 64),
+        "model.layers.0.input_layernorm.weight": (64,),
+        "model.layers.0.self_attn.qkv_proj.weight": (192, 64),
+        "model.layers.0.self_attn.q_norm.weight": (32,),
+        "model.layers.0.mlp.gate.weight": (16, 64),
+        "model.layers.0.mlp.experts.w13_weight": (16, 96, 64),
+        "model.layers.1.mlp.gate_up_proj.weight": (256, 64),
+        "model.norm.weight": (64,),
+        "lm_head.weight": (512, 64),
+    }
+
+    def __init__(self):
+        import torch
+
+        self.params = {k: torch.nn.Parameter(torch.zeros(s, dtype=torch.bfloat16), requires_grad=False)
+                       for k, s in self.SHAPES.items()}
+
+    def named_parameters(self):
+        return iter(self.params.items())
+
+
+def test_in_place_draw_gives_each_parameter_its_distribution():
+    model = _Named()
+    counts = synthetic.fill_model(model, seed=3, rank=0)
+    assert counts == {"embed": 1, "norm": 3, "linear": 3, "router": 1, "lm_head": 1}
+    p = {k: v.float() for k, v in model.params.items()}
+    assert abs(p["model.embed_tokens.weight"].std().item() - synthetic.EMBED_STD) < 0.05
+    assert abs(p["lm_head.weight"].std().item() - synthetic.LM_HEAD_STD) < 0.005
+    assert abs(p["model.layers.0.mlp.experts.w13_weight"].std().item() - synthetic.LINEAR_STD) < 0.002
+    router = synthetic.ROUTER_LOGIT_STD / 64 ** 0.5
+    assert abs(p["model.layers.0.mlp.gate.weight"].std().item() - router) < 0.03
+    norm = p["model.layers.0.input_layernorm.weight"]
+    assert abs(norm.mean().item() - 1.0) < 0.05 and norm.std().item() > 0.05
+
+
+def test_in_place_draw_depends_on_seed_name_and_the_rank_of_a_shard():
+    first, again, other_seed, rank1 = _Named(), _Named(), _Named(), _Named()
+    synthetic.fill_model(first, seed=3, rank=0)
+    synthetic.fill_model(again, seed=3, rank=0)
+    synthetic.fill_model(other_seed, seed=4, rank=0)
+    synthetic.fill_model(rank1, seed=3, rank=1)
+    name = "model.layers.0.self_attn.qkv_proj.weight"
+    assert all(first.params[k].equal(again.params[k]) for k in first.params)
+    assert not first.params[name].equal(other_seed.params[name])
+    # split across TP ranks: each rank's shard its own; replicated: one copy on every rank
+    for k in first.params:
+        replicated = synthetic.param_kind(k, first.params[k].dim()) in synthetic.REPLICATED
+        assert first.params[k].equal(rank1.params[k]) == replicated, k
+    # two parameters of one shape get different draws
+    same_shape = first.params["model.embed_tokens.weight"], first.params["lm_head.weight"]
+    assert not (same_shape[0].float() / synthetic.EMBED_STD).equal(same_shape[1].float() / synthetic.LM_HEAD_STD)
+
+
+def test_dummy_loader_hook_is_a_pass_through_without_the_seed(monkeypatch):
+    monkeypatch.delenv(synthetic.SEED_ENV, raising=False)
+    model = _Named()
+    assert synthetic.fill_dummy_model(model, object()) is None
+    assert all(not v.any() for v in model.params.values())
+    monkeypatch.setenv(synthetic.SEED_ENV, "3")
+    assert synthetic.fill_dummy_model(model, object()) is model
+    reference = _Named()
+    synthetic.fill_model(reference, seed=3)
+    assert all(model.params[k].equal(reference.params[k]) for k in model.params)
+
+
+def test_config_only_writes_what_the_dummy_loader_needs(tmp_path):
+    from sglang.srt.configs.model_config import ModelConfig
+
+    synthetic.main([str(tmp_path / "c"), "--shape", "qwen3-moe-tiny", "--config-only"])
+    names = sorted(p.name for p in (tmp_path / "c").iterdir())
+    assert "config.json" in names and "tokenizer.json" in names
+    assert not any(n.endswith(".safetensors") for n in names)
+    assert ModelConfig(str(tmp_path / "c")).hf_config.architectures == ["Qwen3MoeForCausalLM"]
+
+
+def test_prepare_reuses_a_folder_and_refuses_unknown_weights(tmp_path):
+    folder = synthetic.prepare(tmp_path / "m", "qwen3-tiny", "in-place")
+    stamp = (folder / "config.json").stat().st_mtime_ns
+    assert synthetic.prepare(folder, "qwen3-tiny", "files") == folder
+    assert (folder / "config.json").stat().st_mtime_ns == stamp
+    with pytest.raises(ValueError, match="in-place"):
+        synthetic.prepare(tmp_path / "n", "qwen3-tiny", "random")

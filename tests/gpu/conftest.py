@@ -1,8 +1,12 @@
 """GPU tier: skipped where CUDA is absent; fixtures for a real server on a synthetic checkpoint.
 
 Environment:
-- ``CORUN_CHECKPOINT``: an existing checkpoint folder (default: one written
-  here with ``corun_sglang.synthetic``, shape ``CORUN_SHAPE``, default qwen3-small);
+- ``CORUN_CHECKPOINT``: a model folder, used as it is when it holds a config
+  (default: one made here with ``corun_sglang.synthetic``, shape ``CORUN_SHAPE``,
+  default qwen3-small);
+- ``CORUN_WEIGHTS``: how such a synthetic folder gets its weights: ``in-place``
+  (default: config only, the server draws them, see ``corun_sglang.launch``)
+  or ``files`` (a full safetensors checkpoint);
 - ``CORUN_RESULTS``: a folder where tests write their measurements as JSON.
 """
 
@@ -35,12 +39,8 @@ def checkpoint(tmp_path_factory):
 
     given = os.environ.get("CORUN_CHECKPOINT")
     shape = os.environ.get("CORUN_SHAPE", "qwen3-small")
-    if given and (Path(given) / "config.json").exists():
-        if not (Path(given) / "tokenizer.json").exists():
-            synthetic.write_tokenizer(given, shape)
-        return given
     dest = Path(given) if given else tmp_path_factory.mktemp("ckpt")
-    return str(synthetic.write_checkpoint(dest, shape, seed=0))
+    return str(synthetic.prepare(dest, shape, os.environ.get("CORUN_WEIGHTS", "in-place")))
 
 
 @pytest.fixture(scope="session")
@@ -63,11 +63,14 @@ def launch(tmp_path_factory):
 
     from corun_sglang.launch import Server
 
-    def start(model_path: str, *args: str, name: str = "server", text: bool = False) -> Server:
-        """``text``: serve text endpoints with the checkpoint's tokenizer (else token ids only)."""
+    def start(model_path: str, *args: str, name: str = "server", text: bool = False,
+              static_gb: float | None = None) -> Server:
+        """``text``: serve text endpoints with the checkpoint's tokenizer (else token ids only);
+        ``static_gb``: static GPU memory for this server (see ``corun_sglang.launch``)."""
         folder = Path(os.environ.get("CORUN_RESULTS") or tmp_path_factory.mktemp("logs"))
         folder.mkdir(parents=True, exist_ok=True)
-        server = Server(model_path, list(args), folder / f"{name}.log", skip_tokenizer_init=not text)
+        server = Server(model_path, list(args), folder / f"{name}.log", skip_tokenizer_init=not text,
+                        static_gb=static_gb)
         started.append(server)
         return server
 

@@ -6,6 +6,7 @@ drives the server the way a user audits a deployment; default SGLang is the
 negative control.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -46,12 +47,28 @@ def _unseeded(url, texts):
 
 
 def _verify_cli(url):
-    exe = Path(sys.executable).with_name("corun-sglang")
     return subprocess.run(
-        [str(exe), "verify", "--base-url", url, "--model", MODEL, "--prompts", "16", "--batch", "128",
-         "--max-tokens", "32", "--ignore-eos"],
+        [sys.executable, "-m", "corun_sglang", "verify", "--base-url", url, "--model", MODEL,
+         "--prompts", "16", "--batch", "128", "--max-tokens", "32", "--ignore-eos"],
         capture_output=True, text=True, timeout=900,
     )
+
+
+def _suite_row(arm, scenario, divergences):
+    """One row of ``$CORUN_RESULTS/suite.jsonl`` (the determinism report's input)."""
+    folder = os.environ.get("CORUN_RESULTS")
+    if not folder:
+        return
+    shape = "http-" + os.environ.get("CORUN_SHAPE", "qwen3-small")
+    bad = [d for d in divergences if d is not None]
+    row = {"shape": shape, "arm": arm, "scenario": scenario, "tp": 1, "comparisons": len(divergences),
+           "divergent": len(bad), "first_steps": bad[:50]}
+    with open(Path(folder) / "suite.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def _verify_divergences(reports):
+    return [step for r in reports for step in r.divergences.values()]
 
 
 def test_corun_http_path_is_invariant_and_restart_stable(launch, checkpoint, record):
@@ -75,6 +92,10 @@ def test_corun_http_path_is_invariant_and_restart_stable(launch, checkpoint, rec
         unseeded_after = _unseeded(server.url, texts[:8])
     finally:
         server.stop()
+    _suite_row("corun", "http-verify", _verify_divergences(reports))
+    _suite_row("corun", "http-chat", [None if chat_busy[i] == chat_alone[i % 8] else 0
+                                      for i in range(len(chat_busy))])
+    _suite_row("corun", "http-restart", [None if a == b else 0 for a, b in zip(unseeded_before, unseeded_after)])
     record("http_corun", {
         "command": server.command, "verify": verify.render(reports), "verify_cli": cli.stdout,
         "chat_identical": sum(chat_busy[i] == chat_alone[i % 8] for i in range(len(chat_busy))),
@@ -90,6 +111,10 @@ def test_corun_http_path_is_invariant_and_restart_stable(launch, checkpoint, rec
 def test_verify_flags_default_sglang(launch, checkpoint, record):
     server = launch(checkpoint, "--served-model-name", MODEL, *SERVER_ARGS, name="http-default", text=True)
     try:
+        send = verify.openai_sender(server.url, MODEL, max_tokens=32, temperature=0.6,
+                                    extra_body={"ignore_eos": True})
+        _suite_row("default", "http-verify", _verify_divergences(verify.run(send, verify.prompts(16, seed=7),
+                                                                            batch=128, seed=11)))
         cli = _verify_cli(server.url)
     finally:
         server.stop()

@@ -3,19 +3,29 @@
 Arms: ``default`` (SGLang as shipped: the negative control, divergence
 asserted in scenarios a, b, d), ``deterministic`` (SGLang's
 ``--enable-deterministic-inference``: reported only) and ``corun`` (every
-comparison must be bitwise identical). Shapes come from ``CORUN_SUITE_SHAPES``
-(default ``qwen3-8b,qwen3-moe-small``); every server gets
-``CORUN_SUITE_SERVER_ARGS`` (default ``--attention-backend flashinfer
---disable-prefill-cuda-graph``) and ``--chunked-prefill-size 2048`` (scenario f
-needs prompts longer than three chunks) and ``--tp-size $CORUN_SUITE_TP``
-(default 1; ``CORUN_SUITE_TP=2 ... -k "test_a or test_b"`` is the TP = 2 check). Each scenario appends one JSON line
-to ``$CORUN_RESULTS/suite.jsonl``; ``scripts/determinism_report.py`` turns them
+comparison must be bitwise identical). For each shape the arms' servers run
+side by side on one GPU, each with ``CORUN_SUITE_STATIC_GB`` GiB of static
+memory, and every scenario runs on all arms at once (the other arms' load
+changes only timing, which the default arm's batching is free to follow and
+``--corun`` must be immune to).
+
+Environment: ``CORUN_SUITE_SHAPES`` (default ``qwen3-8b,qwen3-moe-small``),
+``CORUN_SUITE_ARMS`` (default all three; one arm at a time for a model too
+large for three copies), ``CORUN_SUITE_STATIC_GB`` (default 36),
+``CORUN_SUITE_PERMUTATIONS`` (scenario c, default 16), ``CORUN_SUITE_SERVER_ARGS``
+(default ``--attention-backend flashinfer --disable-prefill-cuda-graph``; every
+server also gets ``--chunked-prefill-size 2048``, which scenario f needs
+prompts three times longer than, and ``--tp-size $CORUN_SUITE_TP``, default 1),
+``CORUN_WEIGHTS`` (``in-place``, the default, or ``files``; see
+``corun_sglang.synthetic``). Each scenario appends one JSON line per arm to
+``$CORUN_RESULTS/suite.jsonl``; ``scripts/determinism_report.py`` turns them
 into ``docs/results/determinism.md``.
 """
 
 import json
 import os
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -31,25 +41,35 @@ ARMS = {
     "deterministic": ["--enable-deterministic-inference"],
     "corun": ["--corun"],
 }
+SELECTED = os.environ.get("CORUN_SUITE_ARMS", ",".join(ARMS)).split(",")
 TP = int(os.environ.get("CORUN_SUITE_TP", "1"))
+STATIC_GB = float(os.environ.get("CORUN_SUITE_STATIC_GB", "36"))
+PERMUTATIONS = int(os.environ.get("CORUN_SUITE_PERMUTATIONS", "16"))
 SERVER_ARGS = os.environ.get(
     "CORUN_SUITE_SERVER_ARGS", "--attention-backend flashinfer --disable-prefill-cuda-graph"
 ).split() + ["--chunked-prefill-size", "2048", "--tp-size", str(TP)]
 MUST_DIVERGE_IN_DEFAULT = {"a", "b", "d"}
 
 
-@pytest.fixture(scope="module", params=[(s, a) for s in SHAPES for a in ARMS], ids=lambda p: f"{p[0]}-{p[1]}")
-def served(request, launch, tmp_path_factory):
+@pytest.fixture(scope="module", params=SHAPES)
+def arms(request, launch, tmp_path_factory):
+    """(shape, {arm: server}): the selected arms' servers, started one after another, side by side."""
     from corun_sglang import synthetic
 
-    shape, arm = request.param
+    shape = request.param
+    unknown = set(SELECTED) - set(ARMS)
+    assert not unknown, f"CORUN_SUITE_ARMS names unknown arms {sorted(unknown)}"
     root = Path(os.environ.get("CORUN_CHECKPOINTS", str(tmp_path_factory.getbasetemp())))
-    ckpt = root / f"ckpt-{shape}"
-    if not (ckpt / "config.json").exists():
-        synthetic.write_checkpoint(ckpt, shape, seed=0)
-    server = launch(str(ckpt), *ARMS[arm], *SERVER_ARGS, name=f"suite-{shape}-{arm}")
-    yield shape, arm, server
-    server.stop()
+    ckpt = synthetic.prepare(root / f"ckpt-{shape}", shape, os.environ.get("CORUN_WEIGHTS", "in-place"))
+    servers = {}
+    try:
+        for arm in SELECTED:  # one after another: each sizes its memory from what is free at its start
+            servers[arm] = launch(str(ckpt), *ARMS[arm], *SERVER_ARGS, name=f"suite-{shape}-{arm}",
+                                  static_gb=STATIC_GB)
+        yield shape, servers
+    finally:
+        for server in servers.values():
+            server.stop()
 
 
 def _record(shape, arm, scenario, divergences, **extra):
@@ -62,11 +82,32 @@ def _record(shape, arm, scenario, divergences, **extra):
     return row
 
 
-def _check(arm, scenario, row):
-    if arm == "corun":
-        assert row["divergent"] == 0, row
-    elif arm == "default" and scenario in MUST_DIVERGE_IN_DEFAULT:
-        assert row["divergent"] > 0, row
+def _problem(arm, scenario, row) -> str | None:
+    if arm == "corun" and row["divergent"]:
+        return f"corun diverged: {row}"
+    if arm == "corun" and "distinct_samples" in row and row["distinct_samples"] != row["comparisons"]:
+        return f"corun n>1 samples not distinct: {row}"
+    if arm == "default" and scenario in MUST_DIVERGE_IN_DEFAULT and not row["divergent"]:
+        return f"negative control: default SGLang did not diverge: {row}"
+    return None
+
+
+def _across_arms(arms, scenario, run, **extra):
+    """``run(url)`` on every arm at once, a row recorded per arm, then every arm checked.
+
+    ``run`` returns the divergences, or (divergences, extra fields for the row).
+    """
+    shape, servers = arms
+    with ThreadPoolExecutor(len(servers)) as pool:
+        futures = {arm: pool.submit(run, server.url) for arm, server in servers.items()}
+    problems = []
+    for arm, future in futures.items():
+        result = future.result()
+        divergences, more = result if isinstance(result, tuple) else (result, {})
+        row = _record(shape, arm, scenario, divergences, **extra, **more)
+        problems.append(_problem(arm, scenario, row))
+    problems = [p for p in problems if p]
+    assert not problems, "\n".join(problems)
 
 
 def _requests(prompts, new_tokens, temperature, seed0):
@@ -86,64 +127,85 @@ def _inside(url, needle, others, position):
     return harness.generate(url, batch)[position]
 
 
-def test_a_bs1_vs_bs32(served):
-    shape, arm, server = served
+def test_a_bs1_vs_bs32(arms):
     reqs = _requests(harness.prompts(32, 16, 1024, seed=10), 16, 0.6, 100)
-    alone = harness.generate(server.url, reqs, concurrent=False)
-    together = harness.generate(server.url, reqs)
-    _check(arm, "a", _record(shape, arm, "a", harness.compare(alone, together)))
+
+    def run(url):
+        alone = harness.generate(url, reqs, concurrent=False)
+        return harness.compare(alone, harness.generate(url, reqs))
+
+    _across_arms(arms, "a", run)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8], ids=["greedy", "t0.8"])
-def test_b_needle_in_random_batches(served, temperature):
-    shape, arm, server = served
+def test_b_needle_in_random_batches(arms, temperature):
     rnd = random.Random(20)
     needle = harness.request(harness.prompts(1, 200, 200, seed=21)[0], 128, temperature, 7)
-    alone = harness.generate(server.url, [needle], concurrent=False)[0]
-    got = []
+    trials = []
     for trial in range(4):
         size = rnd.randint(64, 256)
-        got.append(_inside(server.url, needle, _fillers(size - 1, 30 + trial, 128), rnd.randrange(size)))
-    _check(arm, "b", _record(shape, arm, "b", harness.compare([alone] * len(got), got),
-                             temperature=temperature))
+        trials.append((_fillers(size - 1, 30 + trial, 128), rnd.randrange(size)))
+
+    def run(url):
+        alone = harness.generate(url, [needle], concurrent=False)[0]
+        got = [_inside(url, needle, others, position) for others, position in trials]
+        return harness.compare([alone] * len(got), got)
+
+    _across_arms(arms, "b", run, temperature=temperature)
 
 
-def test_c_arrival_order_permutations(served):
-    shape, arm, server = served
-    reqs = _requests(harness.prompts(32, 16, 1024, seed=40), 32, 0.6, 400)
-    alone = harness.generate(server.url, reqs, concurrent=False)
-    divergences = []
-    for k in range(3):
+def test_c_arrival_order_permutations(arms):
+    reqs = _requests(harness.prompts(64, 16, 1024, seed=40), 32, 0.6, 400)
+    orders = []
+    for k in range(PERMUTATIONS):
         order = list(range(len(reqs)))
         random.Random(41 + k).shuffle(order)
-        outs = harness.generate(server.url, [reqs[i] for i in order])
-        by_index = dict(zip(order, outs))
-        divergences += harness.compare(alone, [by_index[i] for i in range(len(reqs))])
-    _check(arm, "c", _record(shape, arm, "c", divergences))
+        orders.append(order)
+
+    def run(url):
+        alone = harness.generate(url, reqs, concurrent=False)
+        divergences = []
+        for order in orders:
+            outs = harness.generate(url, [reqs[i] for i in order])
+            by_index = dict(zip(order, outs))
+            divergences += harness.compare(alone, [by_index[i] for i in range(len(reqs))])
+        return divergences
+
+    _across_arms(arms, "c", run, permutations=PERMUTATIONS)
 
 
-def test_d_needle_under_concurrency(served):
-    shape, arm, server = served
+def test_d_needle_under_concurrency(arms):
     needle = harness.request(harness.prompts(1, 300, 300, seed=50)[0], 64, 0.8, 9)
-    alone = harness.generate(server.url, [needle], concurrent=False)[0]
-    got = [_inside(server.url, needle, _fillers(n, 51 + n, 96), n // 2) for n in (1, 7, 63, 255)]
-    _check(arm, "d", _record(shape, arm, "d", harness.compare([alone] * len(got), got)))
+    crowds = {n: _fillers(n, 51 + n, 96) for n in (1, 7, 63, 255)}
+
+    def run(url):
+        alone = harness.generate(url, [needle], concurrent=False)[0]
+        got = [_inside(url, needle, others, n // 2) for n, others in crowds.items()]
+        return harness.compare([alone] * len(got), got)
+
+    _across_arms(arms, "d", run)
 
 
-def test_e_long_outputs(served):
-    shape, arm, server = served
+def test_e_long_outputs(arms):
     reqs = _requests(harness.prompts(4, 64, 512, seed=60), 1024, 0.6, 600)
-    alone = harness.generate(server.url, reqs, concurrent=False)
-    busy = harness.generate(server.url, reqs + _fillers(28, 61, 256))[: len(reqs)]
-    _check(arm, "e", _record(shape, arm, "e", harness.compare(alone, busy)))
+    others = _fillers(28, 61, 256)
+
+    def run(url):
+        alone = harness.generate(url, reqs, concurrent=False)
+        return harness.compare(alone, harness.generate(url, reqs + others)[: len(reqs)])
+
+    _across_arms(arms, "e", run)
 
 
-def test_f_prompts_longer_than_three_chunks(served):
-    shape, arm, server = served
+def test_f_prompts_longer_than_three_chunks(arms):
     reqs = _requests(harness.prompts(4, 6500, 8000, seed=70), 32, 0.6, 700)
-    alone = harness.generate(server.url, reqs, concurrent=False)
-    busy = harness.generate(server.url, reqs + _fillers(28, 71))[: len(reqs)]
-    _check(arm, "f", _record(shape, arm, "f", harness.compare(alone, busy)))
+    others = _fillers(28, 71)
+
+    def run(url):
+        alone = harness.generate(url, reqs, concurrent=False)
+        return harness.compare(alone, harness.generate(url, reqs + others)[: len(reqs)])
+
+    _across_arms(arms, "f", run)
 
 
 def _n_samples(url, prompt, n, seed):
@@ -155,41 +217,41 @@ def _n_samples(url, prompt, n, seed):
     return [harness.generation(x) for x in reply.json()]
 
 
-def test_g_parallel_samples_distinct_and_reproducible(served):
-    shape, arm, server = served
+def test_g_parallel_samples_distinct_and_reproducible(arms):
     prompt = harness.prompts(1, 100, 100, seed=80)[0]
-    first = _n_samples(server.url, prompt, 4, 81)
-    second = _n_samples(server.url, prompt, 4, 81)
-    distinct = len({g.tokens for g in first})
-    row = _record(shape, arm, "g", harness.compare(first, second), distinct_samples=distinct)
-    if arm == "corun":
-        assert distinct == 4 and row["divergent"] == 0, row
+
+    def run(url):
+        first = _n_samples(url, prompt, 4, 81)
+        second = _n_samples(url, prompt, 4, 81)
+        return harness.compare(first, second), {"distinct_samples": len({g.tokens for g in first})}
+
+    _across_arms(arms, "g", run)
 
 
-def test_h_aborted_co_runners_do_not_change_the_needle(served):
-    import threading
-    import time
-
-    shape, arm, server = served
+def test_h_aborted_co_runners_do_not_change_the_needle(arms):
     needle = harness.request(harness.prompts(1, 200, 200, seed=90)[0], 96, 0.8, 11)
-    alone = harness.generate(server.url, [needle], concurrent=False)[0]
     others = _fillers(63, 91, 512)
-    for i, r in enumerate(others):
-        r["rid"] = f"abort-me-{i}"
 
-    def abort_later():
-        time.sleep(1.0)
-        for r in others[::2]:
-            httpx.post(server.url + "/abort_request", json={"rid": r["rid"]}, timeout=30)
+    def run(url):
+        import threading
+        import time
 
-    threading.Thread(target=abort_later, daemon=True).start()
-    got = _inside_tolerant(server.url, needle, others)
-    _check(arm, "h", _record(shape, arm, "h", harness.compare([alone], [got])))
+        mine = [dict(r, rid=f"abort-me-{i}-{url.rsplit(':', 1)[1]}") for i, r in enumerate(others)]
+        alone = harness.generate(url, [needle], concurrent=False)[0]
+
+        def abort_later():
+            time.sleep(1.0)
+            for r in mine[::2]:
+                httpx.post(url + "/abort_request", json={"rid": r["rid"]}, timeout=30)
+
+        threading.Thread(target=abort_later, daemon=True).start()
+        return harness.compare([alone], [_inside_tolerant(url, needle, mine)])
+
+    _across_arms(arms, "h", run)
 
 
 def _inside_tolerant(url, needle, others):
     """The needle's generation while ``others`` run (aborted ones may fail; they are not compared)."""
-    from concurrent.futures import ThreadPoolExecutor
 
     def one(req):
         with httpx.Client(timeout=900) as client:
