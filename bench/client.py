@@ -5,6 +5,13 @@ first streamed chunk with a token; ITL the gaps between successive chunks
 that bring tokens; TPOT ``(latency - TTFT) / (output_tokens - 1)``; output
 throughput the generated tokens over the run's wall time. Times are in
 milliseconds in the summary.
+
+Two measures go beyond ``bench_serving``: the decode-phase throughput (output
+tokens per second while the first wave of requests is all decoding: from the
+last first token of that wave to its first completion, so no prefill runs in
+the window) and a timeline of prefill and decode throughput (prompt tokens of
+the requests whose first token arrived in each bin; output tokens after the
+first, per bin).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ class Record:
     start: float
     first: float | None = None
     chunks: list[float] = dataclasses.field(default_factory=list)  # arrival of each chunk with tokens
+    chunk_tokens: list[int] = dataclasses.field(default_factory=list)  # output tokens so far, per chunk
     end: float | None = None
     output_tokens: int = 0
     error: str | None = None
@@ -45,8 +53,54 @@ def _stats(name: str, values_ms: list[float]) -> dict:
     }
 
 
-def summarize(records: list[Record], duration: float) -> dict:
-    """bench_serving-style metrics of one run (``duration`` in seconds)."""
+def decode_phase_throughput(records: list[Record], wave: int) -> float | None:
+    """Output tokens/s while the first ``wave`` requests all decode; None if that window is empty.
+
+    The window runs from the last first token of the wave (every prefill of the
+    wave done) to the wave's first completion; tokens of every request that
+    arrive in it count.
+    """
+    first_wave = records[:wave]
+    if not first_wave or any(r.first is None or r.end is None or r.error for r in first_wave):
+        return None
+    t0, t1 = max(r.first for r in first_wave), min(r.end for r in first_wave)
+    if t1 <= t0:
+        return None
+    tokens = 0
+    for r in records:
+        previous = 0
+        for t, n in zip(r.chunks, r.chunk_tokens):
+            if t0 < t <= t1:
+                tokens += n - previous
+            previous = n
+    return tokens / (t1 - t0)
+
+
+def timeline(records: list[Record], input_lens: list[int], bin_s: float = 1.0) -> list[list[float]]:
+    """[[bin start s, prefill tok/s, decode tok/s], ...] from the run's start.
+
+    A request's prompt tokens count in the bin of its first token; its output
+    tokens after the first in the bins where they arrive.
+    """
+    if not records:
+        return []
+    origin = min(r.start for r in records)
+    last = max((r.end or r.start) for r in records)
+    bins = [[k * bin_s, 0.0, 0.0] for k in range(int((last - origin) / bin_s) + 1)]
+    for r, n_in in zip(records, input_lens):
+        if r.first is None:
+            continue
+        bins[int((r.first - origin) / bin_s)][1] += n_in / bin_s
+        previous = None
+        for t, n in zip(r.chunks, r.chunk_tokens):
+            if previous is not None:
+                bins[int((t - origin) / bin_s)][2] += (n - previous) / bin_s
+            previous = n
+    return bins
+
+
+def summarize(records: list[Record], duration: float, wave: int | None = None) -> dict:
+    """bench_serving-style metrics of one run (``duration`` in seconds); ``wave``: the concurrency."""
     done = [r for r in records if r.error is None and r.end is not None and r.first is not None]
     ttft = [(r.first - r.start) * 1e3 for r in done]
     e2e = [(r.end - r.start) * 1e3 for r in done]
@@ -61,6 +115,7 @@ def summarize(records: list[Record], duration: float) -> dict:
         "output_throughput": out_tokens / duration if duration > 0 else float("nan"),
         "request_throughput": len(done) / duration if duration > 0 else float("nan"),
         **_stats("ttft", ttft), **_stats("tpot", tpot), **_stats("itl", itl), **_stats("e2e", e2e),
+        "decode_phase_throughput": decode_phase_throughput(records, wave or len(records)),
     }
 
 
@@ -80,6 +135,7 @@ async def _one(client: httpx.AsyncClient, url: str, body: dict) -> Record:
                     now = time.perf_counter()
                     rec.first = rec.first or now
                     rec.chunks.append(now)
+                    rec.chunk_tokens.append(tokens)
                     rec.output_tokens = tokens
         rec.end = time.perf_counter()
     except (httpx.HTTPError, KeyError, json.JSONDecodeError) as exc:

@@ -4,9 +4,14 @@ Per (shape, workload, concurrency, arm): the median over repetitions of
 output throughput, median TPOT and median TTFT, with the min-max spread.
 Ratios compare medians (CoRun/BI, CoRun/STD, BI/STD). The time-weighted
 aggregate throughput of an arm over a set of workloads is the total generated
-tokens over the total wall time, per repetition, then the median.
+tokens over the total wall time, per repetition, then the median. Where a
+run has a decode phase (``client.decode_phase_throughput``), its median goes
+in a table of its own; timelines of prefill and decode throughput (first
+repetition), the concurrency sweep and the padding study (``--padding``,
+from ``bench/padding.py``) are plotted.
 
-    python bench/report.py docs/results/bench/runs.jsonl --out docs/results/benchmarks.md
+    python bench/report.py docs/results/bench/runs.jsonl --out docs/results/benchmarks.md \
+        [--padding docs/results/bench/padding.jsonl]
 """
 
 from __future__ import annotations
@@ -32,7 +37,10 @@ def cells(rows: list[dict]) -> dict[tuple, dict]:
     out = {}
     for key, rs in groups.items():
         tput = [r["output_throughput"] for r in rs]
+        decode = [r["decode_phase_throughput"] for r in rs if r.get("decode_phase_throughput")]
         out[key] = {
+            "decode_phase_throughput": statistics.median(decode) if decode else None,
+            "decode_spread": (min(decode), max(decode)) if decode else None,
             "reps": len(rs),
             "output_throughput": statistics.median(tput),
             "spread": (min(tput), max(tput)),
@@ -65,11 +73,7 @@ def aggregate(rows: list[dict], shape: str, concurrency: int) -> dict[str, float
 
 
 def plot(c: dict, shape: str, concurrency: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     names = sorted({k[1] for k in c if k[0] == shape and k[2] == concurrency})
     fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 3.5))
     width = 0.8 / len(ARMS)
@@ -78,18 +82,81 @@ def plot(c: dict, shape: str, concurrency: int, path: Path) -> None:
         ax.bar([i + j * width for i in range(len(names))], vals, width, label=arm)
     ax.set_xticks([i + width for i in range(len(names))], names, rotation=20, ha="right")
     ax.set_ylabel("output tokens/s (median)")
-    ax.set_title(f"{shape}, concurrency {concurrency}")
+    _save(plt, fig, ax, f"{shape}, concurrency {concurrency}", path)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt, fig, ax, title: str, path: Path) -> None:
+    ax.set_title(title)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+def plot_timeline(rows: list[dict], shape: str, workload: str, concurrency: int, path: Path) -> bool:
+    """Prefill and decode throughput over time, first repetition of each arm; False if no timeline."""
+    runs = {r["arm"]: r["timeline"] for r in rows if r.get("timeline") and r["rep"] == 0
+            and (r["shape"], r["workload"], r["concurrency"]) == (shape, workload, concurrency)}
+    if not runs:
+        return False
+    plt = _pyplot()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    for arm, bins in runs.items():
+        top.plot([b[0] for b in bins], [b[1] for b in bins], label=arm)
+        bottom.plot([b[0] for b in bins], [b[2] for b in bins], label=arm)
+    top.set_ylabel("prefill tok/s")
+    bottom.set_ylabel("decode tok/s")
+    bottom.set_xlabel("seconds since the first request")
+    _save(plt, fig, top, f"{shape}, {workload}, concurrency {concurrency}", path)
+    return True
+
+
+def plot_sweep(c: dict, shape: str, workload: str, path: Path) -> bool:
+    """Output throughput against concurrency per arm; False with fewer than two concurrencies."""
+    levels = sorted({k[2] for k in c if k[:2] == (shape, workload)})
+    if len(levels) < 2:
+        return False
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for arm in ARMS + ABLATION_ARMS:
+        pts = [(n, c[(shape, workload, n, arm)]["output_throughput"]) for n in levels
+               if (shape, workload, n, arm) in c]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=arm)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(n) for n in levels])
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("output tok/s (median)")
+    _save(plt, fig, ax, f"{shape}, {workload}", path)
+    return True
+
+
+def padding_table(rows: list[dict]) -> list[str]:
+    """Markdown: median TPOT of one request against the graph size N, with default SGLang's for reference."""
+    std = {r["shape"]: r["median_tpot_ms"] for r in rows if r["arm"] == "STD"}
+    lines = ["| shape | N | CoRun TPOT ms | STD TPOT ms | CoRun/STD |", "| --- | ---: | ---: | ---: | ---: |"]
+    for r in sorted((r for r in rows if r["arm"] == "CoRun"), key=lambda r: (r["shape"], r["n"])):
+        ref = std.get(r["shape"])
+        lines.append(f"| {r['shape']} | {r['n']} | {r['median_tpot_ms']:.2f} | "
+                     f"{'-' if ref is None else f'{ref:.2f}'} | {_fmt(r['median_tpot_ms'] / ref if ref else None)} |")
+    return lines
+
+
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def render(rows: list[dict], c: dict, plots: dict[tuple, str], header: str) -> str:
+def render(rows: list[dict], c: dict, plots: dict[tuple, str], header: str,
+           padding: list[dict] | None = None) -> str:
     lines = ["# Benchmarks: STD vs BI vs CoRun", "", header, ""]
     for shape, concurrency in sorted({(k[0], k[2]) for k in c}):
         lines += [f"## {shape}, concurrency {concurrency}", ""]
@@ -115,6 +182,26 @@ def render(rows: list[dict], c: dict, plots: dict[tuple, str], header: str) -> s
             if "CoRun" in agg and "BI" in agg and "STD" in agg:
                 lines.append(f"CoRun/BI {agg['CoRun'] / agg['BI']:.2f}, CoRun/STD {agg['CoRun'] / agg['STD']:.2f}")
         lines.append("")
+    decode = sorted({k[:3] for k, v in c.items() if v["decode_phase_throughput"]})
+    if decode:
+        lines += ["## Decode phase (output tok/s while the first wave decodes; medians, min-max)", "",
+                  "| shape | workload | concurrency | STD | BI | CoRun | CoRun/STD | CoRun/BI |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for key in decode:
+            v = {arm: (c.get((*key, arm)) or {}).get("decode_phase_throughput") for arm in ARMS}
+            spread = {arm: (c.get((*key, arm)) or {}).get("decode_spread") for arm in ARMS}
+            cols = ["-" if v[a] is None else f"{v[a]:.0f} ({spread[a][0]:.0f}-{spread[a][1]:.0f})" for a in ARMS]
+            rel = [_fmt(v["CoRun"] / v[d] if v["CoRun"] and v[d] else None) for d in ("STD", "BI")]
+            lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cols + rel) + " |")
+        lines.append("")
+    extra = sorted((k, name) for k, name in plots.items() if len(k) > 2)
+    if extra:
+        lines += ["## Over time and across concurrency", ""]
+        lines += [f"![{name}]({name})" for _, name in extra]
+        lines.append("")
+    if padding:
+        lines += ["## Padding worst case (one request, decode graph of N slots)", ""]
+        lines += padding_table(padding) + [""]
     ablation = sorted({k for k in c if k[3] in ABLATION_ARMS})
     if ablation:
         lines += ["## Ablations (output throughput relative to STD, medians)", "",
@@ -133,6 +220,7 @@ def main(argv=None) -> int:
     parser.add_argument("runs", help="JSON lines written by bench/run.py")
     parser.add_argument("--out", default="docs/results/benchmarks.md")
     parser.add_argument("--header", default="", help="host, versions and commands, as markdown")
+    parser.add_argument("--padding", help="JSON lines written by bench/padding.py")
     args = parser.parse_args(argv)
     rows = load(Path(args.runs))
     c = cells(rows)
@@ -143,7 +231,16 @@ def main(argv=None) -> int:
         name = f"bench-{shape}-c{concurrency}.png"
         plot(c, shape, concurrency, out.parent / name)
         plots[(shape, concurrency)] = name
-    out.write_text(render(rows, c, plots, args.header))
+    for shape, workload, concurrency in sorted({k[:3] for k in c}):
+        name = f"timeline-{shape}-{workload}-c{concurrency}.png"
+        if plot_timeline(rows, shape, workload, concurrency, out.parent / name):
+            plots[(shape, workload, concurrency, "timeline")] = name
+    for shape, workload in sorted({k[:2] for k in c}):
+        name = f"sweep-{shape}-{workload}.png"
+        if plot_sweep(c, shape, workload, out.parent / name):
+            plots[(shape, workload, 0, "sweep")] = name
+    padding = load(Path(args.padding)) if args.padding else None
+    out.write_text(render(rows, c, plots, args.header, padding))
     print(out.read_text())
     return 0
 

@@ -120,7 +120,8 @@ def main(argv=None) -> int:
             row = {
                 "shape": args.shape, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
                 "requests": len(bodies), "time": time.time(),
-                "server_command": servers[arm].command, **client.summarize(records, duration),
+                "server_command": servers[arm].command, **client.summarize(records, duration, wave=c),
+                "timeline": client.timeline(records, [len(b["input_ids"]) for b in bodies]),
             }
             with open(out, "a") as f:
                 f.write(json.dumps(row) + "\n")

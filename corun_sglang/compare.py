@@ -40,12 +40,3 @@ def first_divergence(a: Generation, b: Generation) -> int | None:
         return min(len(a.tokens), len(b.tokens), len(a.logprobs), len(b.logprobs))
     return None
 
-
-def token_divergence(a: Generation, b: Generation) -> int | None:
-    """The first step at which the token ids differ; None if the token sequences are equal."""
-    for step, (ta, tb) in enumerate(zip(a.tokens, b.tokens)):
-        if ta != tb:
-            return step
-    if len(a.tokens) != len(b.tokens):
-        return min(len(a.tokens), len(b.tokens))
-    return None

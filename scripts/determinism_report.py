@@ -35,7 +35,8 @@ def aggregate(rows: list[dict]) -> dict:
         cell[1] += r["comparisons"]
     totals = {arm: [sum(v[0] for k, v in cells.items() if k[2] == arm),
                     sum(v[1] for k, v in cells.items() if k[2] == arm)] for arm in ARMS}
-    return {"cells": {"|".join(k): v for k, v in sorted(cells.items())}, "totals": totals}
+    failed = [{"shape": r["shape"], "arm": r["arm"], "error": r["error"]} for r in rows if r.get("error")]
+    return {"cells": {"|".join(k): v for k, v in sorted(cells.items())}, "totals": totals, "failed": failed}
 
 
 def render(summary: dict, command: str, host: str) -> str:
@@ -59,6 +60,9 @@ def render(summary: dict, command: str, host: str) -> str:
     for arm, (bad, total) in summary["totals"].items():
         lines.append(f"| {arm} | {bad} | {total} |")
     lines += ["", "Checks:", ""] + [f"- {c}" for c in checks(summary)]
+    for f in summary.get("failed", []):
+        last = f["error"].strip().splitlines()[-1] if f["error"].strip() else "?"
+        lines.append(f"- {f['shape']}: the {f['arm']} arm did not start ({last})")
     return "\n".join(lines) + "\n"
 
 

@@ -137,3 +137,101 @@ def test_common_options_and_prepare_reuse_an_existing_checkpoint(tmp_path):
     args = parser.parse_args(["--checkpoint", str(tmp_path / "ckpt"), "--logs", str(tmp_path / "logs")])
     assert common.prepare(args) == tmp_path / "ckpt"
     assert (tmp_path / "o").is_dir() and (tmp_path / "logs").is_dir() and args.server_args == "--x"
+
+
+class _StandIn:
+    """Stands in for ``corun_sglang.launch.Server``: a local streaming endpoint; records its lifetime."""
+
+    alive: list = []
+    started: list = []
+
+    def __init__(self, model_path, args, log, timeout=600, static_gb=None):
+        self.httpd = _streaming_server()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.command = ["server", *args]
+        assert static_gb == 38.0 and "--max-total-tokens" in args
+        _StandIn.started.append(args[0] if args[:1] == ["--corun"] else "other")
+        _StandIn.alive.append(self)
+        assert len(_StandIn.alive) == 1 or not self.one_at_a_time
+
+    def stop(self):
+        self.httpd.shutdown()
+        _StandIn.alive.remove(self)
+
+
+@pytest.mark.parametrize("one_at_a_time", [False, True])
+def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_time):
+    import corun_sglang.launch
+
+    monkeypatch.setattr(corun_sglang.launch, "Server", _StandIn)
+    monkeypatch.setattr(_StandIn, "one_at_a_time", one_at_a_time, raising=False)
+    monkeypatch.setattr(_StandIn, "alive", [])
+    monkeypatch.setattr(_StandIn, "started", [])
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    (tmp_path / "ckpt" / "tokenizer.json").write_text("{}")
+    out = tmp_path / "runs.jsonl"
+    argv = ["--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--logs", str(tmp_path / "logs"),
+            "--workloads", "fixed-1024-128", "--requests", "2", "--concurrency", "2", "--reps", "2",
+            "--arms", "STD,CoRun", "--max-total-tokens", "5000"] + (["--one-at-a-time"] if one_at_a_time else [])
+    monkeypatch.setattr(workloads, "lengths", lambda name, n: [(8, 3)] * n)
+    assert run.main(argv) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["arm"], r["rep"]) for r in rows) == [("CoRun", 0), ("CoRun", 1), ("STD", 0), ("STD", 1)]
+    assert all(r["completed"] == 2 and r["output_tokens"] == 6 for r in rows)
+    # one server per arm side by side; one at a time, a start whenever the arm changes
+    # (STD, CoRun | CoRun, STD: the rotation keeps CoRun across the repetitions' boundary)
+    assert _StandIn.started == (["other", "--corun", "other"] if one_at_a_time else ["other", "--corun"])
+    assert not _StandIn.alive
+    assert run.main(argv) == 0 and len(out.read_text().splitlines()) == 4  # resumed: nothing left to do
+
+
+def _rec(start, chunks, end):
+    """A finished request: ``chunks`` are (arrival, output tokens so far)."""
+    return client.Record(start=start, first=chunks[0][0], chunks=[t for t, _ in chunks],
+                         chunk_tokens=[n for _, n in chunks], end=end, output_tokens=chunks[-1][1])
+
+
+def test_decode_phase_is_the_window_where_the_whole_first_wave_decodes():
+    a = _rec(0.0, [(1.0, 1), (2.0, 2), (3.0, 3), (4.0, 4)], 4.0)
+    b = _rec(0.0, [(2.0, 1), (2.5, 2), (3.5, 3), (5.0, 4), (6.0, 5)], 6.0)
+    late = _rec(4.0, [(4.5, 1), (5.5, 2)], 5.5)  # after the wave: its tokens fall outside the window
+    # window (2.0, 4.0]: a brings 2 tokens (t=3, 4), b brings 2 (t=2.5, 3.5)
+    assert client.decode_phase_throughput([a, b, late], wave=2) == pytest.approx(4 / 2.0)
+    # a wave whose last first token comes after its first completion has no decode phase
+    c = _rec(0.0, [(5.0, 1), (5.5, 2)], 5.5)
+    assert client.decode_phase_throughput([a, c], wave=2) is None
+    failed = client.Record(start=0.0, error="ReadError")
+    assert client.decode_phase_throughput([a, failed], wave=2) is None
+
+
+def test_timeline_puts_prompt_tokens_at_the_first_token_and_output_where_it_arrives():
+    a = _rec(0.0, [(0.5, 1), (1.2, 2), (1.7, 4)], 1.7)
+    b = _rec(0.2, [(1.1, 1), (2.3, 2)], 2.3)
+    bins = client.timeline([a, b], [100, 40], bin_s=1.0)
+    assert bins == [[0.0, 100.0, 0.0], [1.0, 40.0, 3.0], [2.0, 0.0, 1.0]]
+
+
+def test_report_decode_phase_timelines_sweep_and_padding(tmp_path):
+    rows = []
+    for rep in range(3):
+        for c, scale in ((64, 0.5), (256, 1.0)):
+            for arm, tput, decode in (("STD", 1000, 4000), ("BI", 500, 2000), ("CoRun", 900, 3800)):
+                row = _row(arm, rep, "fixed-64-448", tput * scale + rep)
+                row.update(concurrency=c, decode_phase_throughput=decode + rep,
+                           timeline=[[0.0, 5000.0, 0.0], [1.0, 0.0, float(decode)]])
+                rows.append(row)
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(json.dumps(r) for r in rows))
+    padding = tmp_path / "padding.jsonl"
+    padding.write_text("\n".join(json.dumps(r) for r in [
+        {"shape": "qwen3-8b", "arm": "STD", "n": None, "median_tpot_ms": 5.0},
+        {"shape": "qwen3-8b", "arm": "CoRun", "n": 256, "median_tpot_ms": 7.5},
+        {"shape": "qwen3-8b", "arm": "CoRun", "n": 1, "median_tpot_ms": 5.0}]))
+    out = tmp_path / "benchmarks.md"
+    assert report.main([str(runs), "--out", str(out), "--padding", str(padding)]) == 0
+    text = out.read_text()
+    assert "| qwen3-8b | fixed-64-448 | 256 | 4001 (4000-4002) | 2001 (2000-2002) | 3801 (3800-3802) | 0.95 | 1.90 |" in text
+    assert "| qwen3-8b | 1 | 5.00 | 5.00 | 1.00 |" in text and "| qwen3-8b | 256 | 7.50 | 5.00 | 1.50 |" in text
+    for png in ("timeline-qwen3-8b-fixed-64-448-c256.png", "sweep-qwen3-8b-fixed-64-448.png"):
+        assert f"]({png})" in text and (tmp_path / png).stat().st_size > 1000

@@ -43,3 +43,10 @@ def test_checks_state_the_corun_total_and_the_negative_controls(tmp_path):
     text = report.render(summary, "cmd", "H200")
     assert "## http-qwen3-small" in text and "| http-verify." in text
     assert "| e. long outputs" not in text
+
+
+def test_an_arm_that_did_not_start_is_named():
+    rows = [_row("qwen3-8b", "corun", "a", 0, 32),
+            {**_row("qwen3-8b", "deterministic", "start", 0, 0), "error": "server exited with 1:\nValueError: x"}]
+    text = report.render(report.aggregate(rows), "cmd", "H200")
+    assert "- qwen3-8b: the deterministic arm did not start (ValueError: x)" in text
