@@ -7,8 +7,9 @@ turned into ``--mem-fraction-static`` from the memory free at its start) and,
 with ``--max-total-tokens``, the same KV pool; every repetition visits the
 arms in a rotated order, so drift on the host hits all arms alike. A model
 too large for side by side takes ``--one-at-a-time``: each arm's server is
-started when its turn comes and stopped before the next arm's starts. Rows already in ``--out`` (same shape, workload, concurrency, arm,
-rep) are skipped: a slice cut short resumes where it stopped.
+started when its turn comes and stopped before the next arm's starts. Rows
+already in ``--out`` (same shape, workload, concurrency, arm, rep) are
+skipped: a slice cut short resumes where it stopped.
 
     python bench/run.py --shape qwen3-8b --workloads sharegpt,fixed-1024-128 --reps 3 \\
         --out docs/results/bench/runs.jsonl
@@ -83,7 +84,7 @@ def main(argv=None) -> int:
         for w in names for c in concurrencies for rep, arm in schedule(arms, args.reps)
         if (args.shape, w, c, arm, rep) not in done_keys(out)
     ]
-    if args.one_at_a_time:  # arm-major within each repetition: one server start per (rep, arm)
+    if args.one_at_a_time:  # arm-major within each repetition: a server start only when the arm changes
         order = {step: i for i, step in enumerate(schedule(arms, args.reps))}
         todo.sort(key=lambda t: order[(t[2], t[3])])
     if not todo:

@@ -58,7 +58,7 @@ def free_gpu_gb() -> float:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     wanted = {v.strip() for v in visible.split(",")} if visible else None
     free = [float(mib) for index, mib in rows if wanted is None or index.strip() in wanted]
-    return min(free) / 1024
+    return min(free or [float(mib) for _, mib in rows]) / 1024  # UUIDs in CUDA_VISIBLE_DEVICES: all GPUs
 
 
 def static_fraction(static_gb: float, free_gb: float) -> float:
