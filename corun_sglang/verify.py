@@ -56,7 +56,7 @@ class PromptReport:
     def line(self) -> str:
         if self.ok:
             return f"prompt {self.index:3d}: identical in {len(self.divergences)} rounds"
-        bad = ", ".join(f"{name} at step {step}" for name, step in self.divergences.items() if step is not None)
+        bad = "; ".join(f"{name} at step {step}" for name, step in self.divergences.items() if step is not None)
         return f"prompt {self.index:3d}: DIVERGES ({bad})"
 
 
@@ -98,7 +98,7 @@ def run(send: Send, texts: Sequence[str], batch: int, seed: int = 0) -> list[Pro
     mixed = list(requests) + fillers
     random.Random(seed).shuffle(mixed)
     rounds["concurrent"] = mixed
-    rounds["concurrent, reversed"] = mixed[::-1]
+    rounds["concurrent reversed"] = mixed[::-1]
     results = {}
     for name, order in rounds.items():
         outs = _concurrently(send, order)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Aggregate the determinism suite's JSON lines into a markdown report and a JSON summary.
 
-usage: scripts/determinism_report.py RESULTS_DIR [--out docs/results/determinism.md] [--command "..."] [--host "..."]
+usage: scripts/determinism_report.py RESULTS_DIR [--out docs/results/determinism.md] [--title "..."]
+       [--command "..." ...] [--host "..."] [--note "..." ...]
 """
 
 from __future__ import annotations
@@ -36,13 +37,17 @@ def aggregate(rows: list[dict]) -> dict:
     totals = {arm: [sum(v[0] for k, v in cells.items() if k[2] == arm),
                     sum(v[1] for k, v in cells.items() if k[2] == arm)] for arm in ARMS}
     failed = [{"shape": r["shape"], "arm": r["arm"], "error": r["error"]} for r in rows if r.get("error")]
-    return {"cells": {"|".join(k): v for k, v in sorted(cells.items())}, "totals": totals, "failed": failed}
+    distinct = {f"{r['shape']}|{r['arm']}": r["distinct_samples"] for r in rows if "distinct_samples" in r}
+    return {"cells": {"|".join(k): v for k, v in sorted(cells.items())}, "totals": totals, "failed": failed,
+            "distinct_samples": distinct}
 
 
-def render(summary: dict, command: str, host: str) -> str:
+def render(summary: dict, commands: list[str], host: str, title: str = "Determinism suite",
+           notes: list[str] = ()) -> str:
     cells = {tuple(k.split("|")): v for k, v in summary["cells"].items()}
     shapes = sorted({k[0] for k in cells})
-    lines = ["# Determinism suite", "", f"Host: {host}", "", "Command:", "", f"    {command}", ""]
+    lines = [f"# {title}", "", f"Host: {host}", "", "Commands:", ""]
+    lines += [f"    {c}" for c in commands] + [""] + [f"{n}\n" for n in notes]
     for shape in shapes:
         lines += [f"## {shape}", "", "| scenario | " + " | ".join(ARMS) + " |",
                   "| --- | " + " | ".join("---:" for _ in ARMS) + " |"]
@@ -54,6 +59,10 @@ def render(summary: dict, command: str, host: str) -> str:
                 v = cells.get((shape, s, arm))
                 row.append("-" if v is None else f"{v[0]} / {v[1]}")
             lines.append(f"| {s}. {title} | " + " | ".join(row) + " |")
+        distinct = [f"{arm} {summary['distinct_samples'][f'{shape}|{arm}']}" for arm in ARMS
+                    if f"{shape}|{arm}" in summary.get("distinct_samples", {})]
+        if distinct:
+            lines += ["", "g. distinct samples among the n = 4 of one request: " + ", ".join(distinct)]
         lines.append("")
     lines += ["Cells are divergent / compared (token ids and sampled-token logprobs, bitwise).", "",
               "| arm | divergent | comparisons |", "| --- | ---: | ---: |"]
@@ -82,13 +91,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results")
     parser.add_argument("--out", default="docs/results/determinism.md")
-    parser.add_argument("--command", default="scripts/determinism_suite.sh")
+    parser.add_argument("--title", default="Determinism suite")
+    parser.add_argument("--command", action="append", help="a command that made the rows (repeatable)")
     parser.add_argument("--host", default="")
+    parser.add_argument("--note", action="append", default=[], help="a paragraph under the commands (repeatable)")
     args = parser.parse_args(argv)
     rows = [json.loads(line) for line in (Path(args.results) / "suite.jsonl").read_text().splitlines() if line]
     summary = aggregate(rows)
     out = Path(args.out)
-    out.write_text(render(summary, args.command, args.host))
+    commands = args.command or ["scripts/determinism_suite.sh"]
+    out.write_text(render(summary, commands, args.host, args.title, args.note))
     out.with_suffix(".json").write_text(json.dumps({"rows": rows, **summary}, indent=1))
     print(out.read_text())
     return 0

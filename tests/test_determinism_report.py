@@ -40,7 +40,7 @@ def test_checks_state_the_corun_total_and_the_negative_controls(tmp_path):
         "corun: 0 divergent of 1056 comparisons",
         "qwen3-8b, default SGLang diverges in a, b, d: a 30 / 32, b 5 / 8, d not run",
     ]
-    text = report.render(summary, "cmd", "H200")
+    text = report.render(summary, ["cmd"], "H200")
     assert "## http-qwen3-small" in text and "| http-verify." in text
     assert "| e. long outputs" not in text
 
@@ -48,5 +48,14 @@ def test_checks_state_the_corun_total_and_the_negative_controls(tmp_path):
 def test_an_arm_that_did_not_start_is_named():
     rows = [_row("qwen3-8b", "corun", "a", 0, 32),
             {**_row("qwen3-8b", "deterministic", "start", 0, 0), "error": "server exited with 1:\nValueError: x"}]
-    text = report.render(report.aggregate(rows), "cmd", "H200")
+    text = report.render(report.aggregate(rows), ["cmd"], "H200")
     assert "- qwen3-8b: the deterministic arm did not start (ValueError: x)" in text
+
+
+def test_commands_notes_and_distinct_samples_are_rendered():
+    rows = [{**_row("qwen3-8b", "corun", "g", 0, 4), "distinct_samples": 4},
+            {**_row("qwen3-8b", "deterministic", "g", 0, 4), "distinct_samples": 1}]
+    text = report.render(report.aggregate(rows), ["one", "two"], "H200", "TP 2", ["A note."])
+    assert text.startswith("# TP 2\n")
+    assert "    one\n    two\n" in text and "A note." in text
+    assert "g. distinct samples among the n = 4 of one request: deterministic 1, corun 4" in text

@@ -7,7 +7,9 @@ Environment:
 - ``CORUN_WEIGHTS``: how such a synthetic folder gets its weights: ``in-place``
   (default: config only, the server draws them, see ``corun_sglang.launch``)
   or ``files`` (a full safetensors checkpoint);
-- ``CORUN_RESULTS``: a folder where tests write their measurements as JSON.
+- ``CORUN_RESULTS``: a folder where tests write their measurements as JSON;
+- ``CORUN_STATIC_GB``: static GPU memory (GiB) of every server a test starts without
+  naming its own (default: SGLang's ``--mem-fraction-static``), so tests can share a GPU.
 """
 
 import json
@@ -69,6 +71,8 @@ def launch(tmp_path_factory):
         ``static_gb``: static GPU memory for this server (see ``corun_sglang.launch``)."""
         folder = Path(os.environ.get("CORUN_RESULTS") or tmp_path_factory.mktemp("logs"))
         folder.mkdir(parents=True, exist_ok=True)
+        if static_gb is None and os.environ.get("CORUN_STATIC_GB"):
+            static_gb = float(os.environ["CORUN_STATIC_GB"])
         server = Server(model_path, list(args), folder / f"{name}.log", skip_tokenizer_init=not text,
                         static_gb=static_gb)
         started.append(server)
