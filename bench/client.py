@@ -4,7 +4,10 @@ Metric definitions follow SGLang's ``bench_serving``: TTFT is the time to the
 first streamed chunk with a token; ITL the gaps between successive chunks
 that bring tokens; TPOT ``(latency - TTFT) / (output_tokens - 1)``; output
 throughput the generated tokens over the run's wall time. Times are in
-milliseconds in the summary.
+milliseconds in the summary. Tokens are counted from each chunk's
+``meta_info.completion_tokens``, so cumulative and incremental streams
+(``--incremental-streaming-output``, the benchmarks' default: no chunk resends
+earlier tokens) measure alike.
 
 Two measures go beyond ``bench_serving``: the decode-phase throughput (output
 tokens per second while the first wave of requests is all decoding: from the

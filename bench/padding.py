@@ -27,7 +27,8 @@ import workloads  # noqa: E402
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_options(parser, out="docs/results/bench/padding.jsonl",
-                       server_args="--attention-backend flashinfer --disable-prefill-cuda-graph")
+                       server_args="--attention-backend flashinfer --disable-prefill-cuda-graph "
+                       "--incremental-streaming-output")
     parser.add_argument("--n", default="1,8,32,64,128,256")
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=256)

@@ -58,7 +58,8 @@ def schedule(arms: list[str], reps: int) -> list[tuple[int, str]]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    common.add_options(parser, out="docs/results/bench/runs.jsonl", server_args="--attention-backend flashinfer")
+    common.add_options(parser, out="docs/results/bench/runs.jsonl",
+                       server_args="--attention-backend flashinfer --incremental-streaming-output")
     parser.add_argument("--workloads", default="sharegpt")
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--concurrency", default="256", help="comma-separated")

@@ -235,3 +235,14 @@ def test_report_decode_phase_timelines_sweep_and_padding(tmp_path):
     assert "| qwen3-8b | 1 | 5.00 | 5.00 | 1.00 |" in text and "| qwen3-8b | 256 | 7.50 | 5.00 | 1.50 |" in text
     for png in ("timeline-qwen3-8b-fixed-64-448-c256.png", "sweep-qwen3-8b-fixed-64-448.png"):
         assert f"]({png})" in text and (tmp_path / png).stat().st_size > 1000
+
+
+def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
+    import subprocess
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "slices.sh"
+    text = script.read_text()
+    for name in ("dense-core", "dense-long", "dense-sweep", "dense-ablation", "dense-padding", "moe-core", "sampler"):
+        assert f"#   {name}" in text and f"{name})" in text
+    done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "no-such-slice"], capture_output=True, text=True)
+    assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Named benchmark slices, run in the order given; each appends to RESULTS and resumes where it stopped.
+# usage: bench/slices.sh RESULTS SLICE...      (then: python bench/report.py RESULTS/runs.jsonl ...)
+# Slices:
+#   dense-core      qwen3-8b, STD/BI/CoRun side by side: sharegpt, azure-conv, fixed-1024-128 and
+#                   fixed-64-448 (a long pure-decode phase), 300 requests at concurrency 256, 3 reps
+#   dense-long      qwen3-8b: blazedit-synthetic and fixed {1024,4096} x {128,2048}, one arm at a time
+#                   (the whole GPU's KV pool for each arm), 3 reps
+#   dense-sweep     qwen3-8b, sharegpt at concurrency 16, 32, 64, 128 (256 is in dense-core), 3 reps
+#   dense-ablation  qwen3-8b, sharegpt and fixed-64-448: STD, split-KV off, + isolated prefill, CoRun
+#   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 64, 256, and STD
+#   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448
+#   sampler         the sampler microbenchmark, plain and filtered (top-p 0.9, top-k 50)
+# With two GPUs, run two invocations at once, each with its own CUDA_VISIBLE_DEVICES and RESULTS
+# (compare arms only within one invocation's rows: the report groups by shape, workload and
+# concurrency, and every slice runs all its arms interleaved on one GPU).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+results="$(realpath -m "$1")"; shift
+mkdir -p "$results/logs"
+run=(python3 bench/run.py --out "$results/runs.jsonl" --logs "$results/logs")
+status=0
+for slice in "$@"; do
+    echo "== $slice $(date +%T)"
+    case "$slice" in
+        dense-core) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 \
+            --workloads sharegpt,azure-conv,fixed-1024-128,fixed-64-448 ;;
+        dense-long) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
+            --workloads blazedit-synthetic,fixed-1024-128,fixed-1024-2048,fixed-4096-128,fixed-4096-2048 ;;
+        dense-sweep) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,32,64,128 --workloads sharegpt ;;
+        dense-ablation) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 \
+            --arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun --static-gb 30 --workloads sharegpt,fixed-64-448 ;;
+        dense-padding) python3 bench/padding.py --shape qwen3-8b --n 1,64,256 --reps 3 \
+            --out "$results/padding.jsonl" --logs "$results/logs" ;;
+        moe-core) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
+            --workloads sharegpt,azure-conv,fixed-1024-128,fixed-64-448 ;;
+        sampler) python3 bench/sampler.py --out "$results/sampler.json" \
+            && python3 bench/sampler.py --top-p 0.9 --top-k 50 --out "$results/sampler_filtered.json" ;;
+        *) echo "unknown slice $slice"; exit 2 ;;
+    esac
+    status=$(( status || $? ))
+done
+exit $status
