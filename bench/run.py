@@ -72,18 +72,21 @@ def main(argv=None) -> int:
     parser.add_argument("--one-at-a-time", action="store_true",
                         help="run one server at a time (models too large for side by side)")
     parser.add_argument("--chunked-prefill-size", type=int, default=8192)
+    parser.add_argument("--tp-size", type=int, default=1,
+                        help="tensor-parallel size; rows of TP > 1 are labelled SHAPE-tpN")
     args = parser.parse_args(argv)
 
     from corun_sglang.launch import Server
 
     out = Path(args.out)
+    label = args.shape if args.tp_size == 1 else f"{args.shape}-tp{args.tp_size}"
     arms = args.arms.split(",")
     names = args.workloads.split(",")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     todo = [
         (w, c, rep, arm)
         for w in names for c in concurrencies for rep, arm in schedule(arms, args.reps)
-        if (args.shape, w, c, arm, rep) not in done_keys(out)
+        if (label, w, c, arm, rep) not in done_keys(out)
     ]
     if args.one_at_a_time:  # arm-major within each repetition: a server start only when the arm changes
         order = {step: i for i, step in enumerate(schedule(arms, args.reps))}
@@ -95,6 +98,7 @@ def main(argv=None) -> int:
     shared = [
         "--max-running-requests", str(args.max_running_requests),
         "--chunked-prefill-size", str(args.chunked_prefill_size),
+        "--tp-size", str(args.tp_size),
         *(["--max-total-tokens", str(args.max_total_tokens)] if args.max_total_tokens else []),
         *args.server_args.split(),
     ]
@@ -120,14 +124,14 @@ def main(argv=None) -> int:
             bodies = [client.request(p, o, seed=i) for i, (p, (_, o)) in enumerate(zip(prompts, pairs))]
             records, duration = asyncio.run(client.run(serve(arm).url, bodies, c))
             row = {
-                "shape": args.shape, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
+                "shape": label, "tp": args.tp_size, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
                 "requests": len(bodies), "time": time.time(),
                 "server_command": servers[arm].command, **client.summarize(records, duration, wave=c),
                 "timeline": client.timeline(records, [len(b["input_ids"]) for b in bodies]),
             }
             with open(out, "a") as f:
                 f.write(json.dumps(row) + "\n")
-            print(f"{args.shape} {w} c={c} rep={rep} {arm}: {row['output_throughput']:.0f} tok/s, "
+            print(f"{label} {w} c={c} rep={rep} {arm}: {row['output_throughput']:.0f} tok/s, "
                   f"median TPOT {row['median_tpot_ms']:.1f} ms, failed {row['failed']}", flush=True)
     finally:
         for server in servers.values():

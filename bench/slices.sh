@@ -10,6 +10,8 @@
 #   dense-ablation  qwen3-8b, sharegpt and fixed-64-448: STD, split-KV off, + isolated prefill, CoRun
 #   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 64, 256, and STD
 #   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448
+#   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448 (--corun serves TP 2 only once
+#                   2 is in corun_sglang.config.TP_SIZES_VERIFIED)
 #   sampler         the sampler microbenchmark, plain and filtered (top-p 0.9, top-k 50)
 # With two GPUs, run two invocations at once, each with its own CUDA_VISIBLE_DEVICES and RESULTS
 # (compare arms only within one invocation's rows: the report groups by shape, workload and
@@ -34,6 +36,8 @@ for slice in "$@"; do
             --out "$results/padding.jsonl" --logs "$results/logs" ;;
         moe-core) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --workloads sharegpt,azure-conv,fixed-1024-128,fixed-64-448 ;;
+        tp2-core) "${run[@]}" --shape qwen3-8b --tp-size 2 --reps 3 --concurrency 256 \
+            --workloads sharegpt,fixed-64-448 ;;
         sampler) python3 bench/sampler.py --out "$results/sampler.json" \
             && python3 bench/sampler.py --top-p 0.9 --top-k 50 --out "$results/sampler_filtered.json" ;;
         *) echo "unknown slice $slice"; exit 2 ;;

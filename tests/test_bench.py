@@ -186,6 +186,26 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     assert run.main(argv) == 0 and len(out.read_text().splitlines()) == 4  # resumed: nothing left to do
 
 
+def test_rows_at_tp_2_are_labelled_apart_from_tp_1(tmp_path, monkeypatch):
+    import corun_sglang.launch
+
+    monkeypatch.setattr(corun_sglang.launch, "Server", _StandIn)
+    monkeypatch.setattr(_StandIn, "one_at_a_time", False, raising=False)
+    monkeypatch.setattr(_StandIn, "alive", [])
+    monkeypatch.setattr(_StandIn, "started", [])
+    monkeypatch.setattr(workloads, "lengths", lambda name, n: [(8, 3)] * n)
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    out = tmp_path / "runs.jsonl"
+    argv = ["--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--logs", str(tmp_path / "logs"),
+            "--workloads", "fixed-1024-128", "--requests", "2", "--concurrency", "2", "--reps", "1",
+            "--arms", "CoRun", "--max-total-tokens", "5000", "--shape", "qwen3-8b"]
+    assert run.main(argv) == 0 and run.main(argv + ["--tp-size", "2"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["shape"], r["tp"]) for r in rows] == [("qwen3-8b", 1), ("qwen3-8b-tp2", 2)]
+    assert rows[1]["server_command"][rows[1]["server_command"].index("--tp-size") + 1] == "2"
+
+
 def _rec(start, chunks, end):
     """A finished request: ``chunks`` are (arrival, output tokens so far)."""
     return client.Record(start=start, first=chunks[0][0], chunks=[t for t, _ in chunks],
@@ -242,7 +262,8 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
 
     script = Path(__file__).resolve().parents[1] / "bench" / "slices.sh"
     text = script.read_text()
-    for name in ("dense-core", "dense-long", "dense-sweep", "dense-ablation", "dense-padding", "moe-core", "sampler"):
+    for name in ("dense-core", "dense-long", "dense-sweep", "dense-ablation", "dense-padding", "moe-core", "tp2-core",
+                 "sampler"):
         assert f"#   {name}" in text and f"{name})" in text
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "no-such-slice"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout
