@@ -11,7 +11,10 @@ repetition), the concurrency sweep and the padding study (``--padding``,
 from ``bench/padding.py``) are plotted.
 
     python bench/report.py docs/results/bench/runs.jsonl --out docs/results/benchmarks.md \
-        [--padding docs/results/bench/padding.jsonl]
+        [--padding docs/results/bench/padding.jsonl] [--sampler sampler.json ...]
+
+The targets table checks each target on every cell it applies to, with the
+ratio of paired repetitions (rep k of one arm against rep k of the other).
 """
 
 from __future__ import annotations
@@ -151,13 +154,66 @@ def padding_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def paired_ratios(rows: list[dict], key: tuple, num: str, den: str, field: str = "output_throughput") -> list[float]:
+    """``num``/``den`` per repetition (rep k against rep k: run back to back, so host drift cancels)."""
+    by = {(r["arm"], r["rep"]): r.get(field) for r in rows
+          if (r["shape"], r["workload"], r["concurrency"]) == key and r["arm"] in (num, den)}
+    return [by[(num, rep)] / by[(den, rep)] for arm, rep in sorted(by)
+            if arm == num and by.get((num, rep)) and by.get((den, rep))]
+
+
+#: The targets: (name, numerator arm, denominator arm, field, threshold, applies to (shape, concurrency, cell)).
+TARGETS = (
+    ("CoRun >= 1.3x BI where BI is slower than STD", "CoRun", "BI", "output_throughput", 1.3,
+     lambda shape, n, c, key: (ratio(c, key, "BI", "STD") or 1) < 1),
+    ("CoRun >= 0.8x STD at concurrency 256, dense", "CoRun", "STD", "output_throughput", 0.8,
+     lambda shape, n, c, key: n == 256 and not is_moe(shape)),
+    ("decode phase: CoRun >= 0.9x STD", "CoRun", "STD", "decode_phase_throughput", 0.9,
+     lambda shape, n, c, key: bool((c.get((*key, "STD")) or {}).get("decode_phase_throughput"))),
+)
+
+
+def is_moe(shape: str) -> bool:
+    return "moe" in shape or "a3b" in shape
+
+
+def targets_table(rows: list[dict], c: dict) -> list[str]:
+    """Markdown: every target against every cell it applies to, the ratio as median (min-max) of paired reps."""
+    lines = ["| target | shape | workload | concurrency | ratio, median (min-max) | met |",
+             "| --- | --- | --- | ---: | --- | --- |"]
+    for name, num, den, field, threshold, applies in TARGETS:
+        for key in sorted({k[:3] for k in c}):
+            if (*key, num) not in c or (*key, den) not in c or not applies(key[0], key[2], c, key):
+                continue
+            values = paired_ratios(rows, key, num, den, field)
+            if not values:
+                continue
+            mid = statistics.median(values)
+            lines.append(f"| {name} | {key[0]} | {key[1]} | {key[2]} | {mid:.2f} ({min(values):.2f}-"
+                         f"{max(values):.2f}) | {'yes' if mid >= threshold else '**no**'} |")
+    return lines if len(lines) > 2 else []
+
+
+def sampler_table(results: list[dict]) -> list[str]:
+    """Markdown: one decode step's sampling per arm (``bench/sampler.py`` JSON), median ms and ratio."""
+    lines = ["| rows x vocab | top-p | top-k | arm | median ms | / default |", "| --- | ---: | ---: | --- | ---: | ---: |"]
+    for r in results:
+        for arm, ms in r["median_ms"].items():
+            lines.append(f"| {r['rows']} x {r['vocab']} | {r['top_p']} | {r['top_k']} | {arm} | {ms:.3f} | "
+                         f"{r['ratio_to_default'][arm]:.2f} |")
+    return lines
+
+
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
 def render(rows: list[dict], c: dict, plots: dict[tuple, str], header: str,
-           padding: list[dict] | None = None) -> str:
+           padding: list[dict] | None = None, sampler: list[dict] | None = None) -> str:
     lines = ["# Benchmarks: STD vs BI vs CoRun", "", header, ""]
+    goals = targets_table(rows, c)
+    if goals:
+        lines += ["## Targets", "", *goals, ""]
     for shape, concurrency in sorted({(k[0], k[2]) for k in c}):
         lines += [f"## {shape}, concurrency {concurrency}", ""]
         if (shape, concurrency) in plots:
@@ -202,6 +258,9 @@ def render(rows: list[dict], c: dict, plots: dict[tuple, str], header: str,
     if padding:
         lines += ["## Padding worst case (one request, decode graph of N slots)", ""]
         lines += padding_table(padding) + [""]
+    if sampler:
+        lines += ["## Sampler (one decode step; medians of CUDA-event timings)", ""]
+        lines += sampler_table(sampler) + [""]
     ablation = sorted({k for k in c if k[3] in ABLATION_ARMS})
     if ablation:
         lines += ["## Ablations (output throughput relative to STD, medians)", "",
@@ -221,6 +280,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="docs/results/benchmarks.md")
     parser.add_argument("--header", default="", help="host, versions and commands, as markdown")
     parser.add_argument("--padding", help="JSON lines written by bench/padding.py")
+    parser.add_argument("--sampler", action="append", default=[], help="JSON written by bench/sampler.py (repeatable)")
     args = parser.parse_args(argv)
     rows = load(Path(args.runs))
     c = cells(rows)
@@ -240,7 +300,8 @@ def main(argv=None) -> int:
         if plot_sweep(c, shape, workload, out.parent / name):
             plots[(shape, workload, 0, "sweep")] = name
     padding = load(Path(args.padding)) if args.padding else None
-    out.write_text(render(rows, c, plots, args.header, padding))
+    sampler = [json.loads(Path(p).read_text()) for p in args.sampler]
+    out.write_text(render(rows, c, plots, args.header, padding, sampler))
     print(out.read_text())
     return 0
 

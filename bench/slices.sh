@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Named benchmark slices, run in the order given; each appends to RESULTS and resumes where it stopped.
-# usage: bench/slices.sh RESULTS SLICE...      (then: python bench/report.py RESULTS/runs.jsonl ...)
+# usage: bench/slices.sh RESULTS SLICE...      (then: python bench/report.py RESULTS/runs.jsonl ..., see README)
 # Slices:
 #   dense-core      qwen3-8b, STD/BI/CoRun side by side: sharegpt, azure-conv, fixed-1024-128 and
 #                   fixed-64-448 (a long pure-decode phase), 300 requests at concurrency 256, 3 reps

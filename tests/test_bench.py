@@ -117,6 +117,30 @@ def test_report_medians_ratios_aggregate_and_plot(tmp_path):
     assert agg["STD"] == pytest.approx(2000 / (1000 / 1001 + 1000 / 2001), rel=1e-6)
 
 
+def test_report_checks_targets_on_paired_repetitions_and_tables_the_sampler(tmp_path):
+    rows = []
+    for rep, (std, bi, corun) in enumerate([(1000, 500, 900), (1100, 520, 700), (1000, 480, 950)]):
+        rows += [_row("STD", rep, "sharegpt", std), _row("BI", rep, "sharegpt", bi), _row("CoRun", rep, "sharegpt", corun)]
+        rows += [{**_row(arm, rep, "fixed-64-448", 1000), "decode_phase_throughput": d}
+                 for arm, d in (("STD", 2000), ("CoRun", 1900 + rep))]
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(json.dumps(r) for r in rows))
+    sampler = tmp_path / "sampler.json"
+    sampler.write_text(json.dumps({"rows": 256, "vocab": 151936, "top_p": 0.9, "top_k": 50,
+                                   "median_ms": {"sglang_default": 1.0, "corun": 0.5},
+                                   "ratio_to_default": {"sglang_default": 1.0, "corun": 0.5}}))
+    out = tmp_path / "benchmarks.md"
+    assert report.main([str(runs), "--out", str(out), "--sampler", str(sampler)]) == 0
+    text = out.read_text()
+    # paired ratios 900/500, 700/520, 950/480 -> median 1.80; 0.90, 0.64, 0.95 -> median 0.90
+    assert "| CoRun >= 1.3x BI where BI is slower than STD | qwen3-8b | sharegpt | 256 | 1.80 (1.35-1.98) | yes |" in text
+    assert "| CoRun >= 0.8x STD at concurrency 256, dense | qwen3-8b | sharegpt | 256 | 0.90 (0.64-0.95) | yes |" in text
+    assert "| decode phase: CoRun >= 0.9x STD | qwen3-8b | fixed-64-448 | 256 | 0.95 (0.95-0.95) | yes |" in text
+    assert "BI where BI is slower than STD | qwen3-8b | fixed-64-448" not in text  # no BI arm there
+    assert "| 256 x 151936 | 0.9 | 50 | corun | 0.500 | 0.50 |" in text
+    assert report.paired_ratios(rows, ("qwen3-8b", "sharegpt", 256), "STD", "CoRun")[1] == pytest.approx(1100 / 700)
+
+
 def test_report_lists_ablations_relative_to_std(tmp_path):
     rows = [_row("STD", 0, "sharegpt", 1000), _row("SplitKV-off", 0, "sharegpt", 950),
             _row("SplitKV-off+IsoPrefill", 0, "sharegpt", 920), _row("CoRun", 0, "sharegpt", 900)]
