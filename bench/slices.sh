@@ -17,6 +17,7 @@
 # (compare arms only within one invocation's rows: the report groups by shape, workload and
 # concurrency, and every slice runs all its arms interleaved on one GPU).
 set -uo pipefail
+[ $# -ge 2 ] || { sed -n 3p "$0"; exit 2; }
 cd "$(dirname "$0")/.."
 results="$(realpath -m "$1")"; shift
 mkdir -p "$results/logs"

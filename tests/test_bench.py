@@ -291,3 +291,5 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
         assert f"#   {name}" in text and f"{name})" in text
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "no-such-slice"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout
+    usage = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage: bench/slices.sh RESULTS SLICE..." in usage.stdout
