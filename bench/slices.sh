@@ -13,6 +13,7 @@
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448 (--corun serves TP 2 only once
 #                   2 is in corun_sglang.config.TP_SIZES_VERIFIED)
 #   sampler         the sampler microbenchmark, plain and filtered (top-p 0.9, top-k 50)
+# SLICE=W1,W2 runs only those workloads of a run.py slice (to split one slice over two GPUs).
 # With two GPUs, run two invocations at once, each with its own CUDA_VISIBLE_DEVICES and RESULTS
 # (compare arms only within one invocation's rows: the report groups by shape, workload and
 # concurrency, and every slice runs all its arms interleaved on one GPU).
@@ -23,22 +24,25 @@ results="$(realpath -m "$1")"; shift
 mkdir -p "$results/logs"
 run=(python3 bench/run.py --out "$results/runs.jsonl" --logs "$results/logs")
 status=0
-for slice in "$@"; do
-    echo "== $slice $(date +%T)"
+for spec in "$@"; do
+    slice="${spec%%=*}"
+    only() { [ "$spec" = "$slice" ] && echo "$1" || echo "${spec#*=}"; }  # the slice's workloads, or SLICE=...
+    echo "== $spec $(date +%T)"
     case "$slice" in
         dense-core) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 \
-            --workloads sharegpt,azure-conv,fixed-1024-128,fixed-64-448 ;;
+            --workloads "$(only sharegpt,azure-conv,fixed-1024-128,fixed-64-448)" ;;
         dense-long) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
-            --workloads blazedit-synthetic,fixed-1024-128,fixed-1024-2048,fixed-4096-128,fixed-4096-2048 ;;
-        dense-sweep) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,32,64,128 --workloads sharegpt ;;
+            --workloads "$(only blazedit-synthetic,fixed-1024-128,fixed-1024-2048,fixed-4096-128,fixed-4096-2048)" ;;
+        dense-sweep) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,32,64,128 --workloads "$(only sharegpt)" ;;
         dense-ablation) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 \
-            --arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun --static-gb 30 --workloads sharegpt,fixed-64-448 ;;
+            --arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun --static-gb 30 \
+            --workloads "$(only sharegpt,fixed-64-448)" ;;
         dense-padding) python3 bench/padding.py --shape qwen3-8b --n 1,64,256 --reps 3 \
             --out "$results/padding.jsonl" --logs "$results/logs" ;;
         moe-core) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
-            --workloads sharegpt,azure-conv,fixed-1024-128,fixed-64-448 ;;
+            --workloads "$(only sharegpt,azure-conv,fixed-1024-128,fixed-64-448)" ;;
         tp2-core) "${run[@]}" --shape qwen3-8b --tp-size 2 --reps 3 --concurrency 256 \
-            --workloads sharegpt,fixed-64-448 ;;
+            --workloads "$(only sharegpt,fixed-64-448)" ;;
         sampler) python3 bench/sampler.py --out "$results/sampler.json" \
             && python3 bench/sampler.py --top-p 0.9 --top-k 50 --out "$results/sampler_filtered.json" ;;
         *) echo "unknown slice $slice"; exit 2 ;;

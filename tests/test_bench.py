@@ -293,3 +293,21 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
     assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout
     usage = subprocess.run(["bash", str(script)], capture_output=True, text=True)
     assert usage.returncode == 2 and "usage: bench/slices.sh RESULTS SLICE..." in usage.stdout
+
+
+def test_slices_script_runs_only_the_named_workloads_of_a_split_slice(tmp_path):
+    import os
+    import subprocess
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "slices.sh"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text('#!/bin/sh\necho "$@"\n')
+    (fake / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "dense-core=sharegpt", "dense-core"],
+                          capture_output=True, text=True, env=env)
+    runs = [line for line in done.stdout.splitlines() if line.startswith("bench/run.py")]
+    assert done.returncode == 0 and len(runs) == 2
+    assert runs[0].endswith("--workloads sharegpt")
+    assert runs[1].endswith("--workloads sharegpt,azure-conv,fixed-1024-128,fixed-64-448")
