@@ -33,7 +33,7 @@ ATTENTION_BACKEND = "flashinfer"
 SAMPLING_BACKEND = "corun"
 
 #: Tensor-parallel sizes served under --corun (each verified on GPUs with its collectives).
-TP_SIZES_VERIFIED = frozenset({1})
+TP_SIZES_VERIFIED = frozenset({1, 2})
 
 #: Server options that switch all-reduce to a collective other than NCCL's.
 CUSTOM_COLLECTIVES = (

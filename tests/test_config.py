@@ -40,7 +40,7 @@ REFUSED = [
     ({"dp_size": 2}, "--dp-size"),
     ({"disaggregation_mode": "prefill"}, "--disaggregation-mode"),
     ({"pp_size": 2}, "--pp-size"),
-    ({"tp_size": 2}, "--tp-size"),
+    ({"tp_size": 4}, "--tp-size"),
     ({"enable_two_batch_overlap": True}, "--enable-two-batch-overlap"),
     ({"disable_cuda_graph": True}, "--disable-cuda-graph"),
     ({"disable_decode_cuda_graph": True}, "--disable-decode-cuda-graph"),
@@ -88,7 +88,7 @@ def test_options_that_agree_with_corun_are_accepted(given):
 
 
 def test_error_lists_every_problem():
-    err = config.CorunConfigError(config.refusals(user_args(enable_mixed_chunk=True, tp_size=2)))
+    err = config.CorunConfigError(config.refusals(user_args(enable_mixed_chunk=True, tp_size=4)))
     assert "--enable-mixed-chunk" in str(err) and "--tp-size" in str(err)
     assert len(err.problems) == 2
 

@@ -2,6 +2,7 @@
 
 import dataclasses
 import multiprocessing
+import os
 import pickle
 
 import pytest
@@ -48,6 +49,18 @@ def test_n_is_max_running_requests(parse):
     assert args.cuda_graph_config.decode.bs == [48]
 
 
+def test_tp_2_is_served_on_nccl_tree_without_custom_all_reduce(parse, monkeypatch):
+    for name in config.NCCL_ENV:  # absent before, and removed again after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    args = parse("--corun", "--tp-size", "2")
+    assert args.tp_size == 2 and args.disable_custom_all_reduce is True
+    assert all(os.environ[k] == v for k, v in config.NCCL_ENV.items())  # inherited by the TP ranks
+    monkeypatch.setenv("NCCL_ALGO", "ring")
+    with pytest.raises(config.CorunConfigError, match="NCCL_ALGO=ring"):
+        parse("--corun", "--tp-size", "2")
+
+
 def test_without_the_flag_corun_is_off(parse):
     args = parse()
     assert args.corun is False
@@ -89,7 +102,7 @@ def test_engine_kwargs(sglang_plugins, tiny_model):
         (["--disable-cuda-graph"], "--disable-cuda-graph"),
         (["--attention-backend", "fa3"], "--attention-backend"),
         (["--enable-deterministic-inference"], "--enable-deterministic-inference"),
-        (["--tp-size", "2"], "--tp-size"),
+        (["--tp-size", "4"], "--tp-size"),
     ],
 )
 def test_refused_cli_options(parse, argv, flag):
