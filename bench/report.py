@@ -4,14 +4,18 @@ Per (shape, workload, concurrency, arm): the median over repetitions of
 output throughput, median TPOT and median TTFT, with the min-max spread.
 Ratios compare medians (CoRun/BI, CoRun/STD, BI/STD). The time-weighted
 aggregate throughput of an arm over a set of workloads is the total generated
-tokens over the total wall time, per repetition, then the median. Where a
+tokens over the total wall time, per repetition, then the median; it covers the
+workloads every arm has run in every repetition. Where rows carry the servers'
+decode-step samples (``bench/serverlog.py``), a table gives each arm's decode
+time and step cost by number of running requests. Where a
 run has a decode phase (``client.decode_phase_throughput``), its median goes
 in a table of its own; timelines of prefill and decode throughput (first
 repetition), the concurrency sweep and the padding study (``--padding``,
 from ``bench/padding.py``) are plotted.
 
     python bench/report.py docs/results/bench/runs.jsonl --out docs/results/benchmarks.md \
-        [--padding docs/results/bench/padding.jsonl] [--sampler sampler.json ...]
+        --plots docs/results/bench [--notes notes.md] [--padding docs/results/bench/padding.jsonl] \
+        [--sampler sampler.json ...]
 
 The targets table checks each target on every cell it applies to, with the
 ratio of paired repetitions (rep k of one arm against rep k of the other).
@@ -23,7 +27,12 @@ import argparse
 import collections
 import json
 import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import serverlog  # noqa: E402
 
 ARMS = ("STD", "BI", "CoRun")
 ABLATION_ARMS = ("SplitKV-off", "SplitKV-off+IsoPrefill")
@@ -61,18 +70,70 @@ def ratio(c: dict, key: tuple, num: str, den: str) -> float | None:
     return a["output_throughput"] / b["output_throughput"]
 
 
-def aggregate(rows: list[dict], shape: str, concurrency: int) -> dict[str, float]:
-    """Time-weighted aggregate output throughput per arm over all workloads (median over reps)."""
+def aggregate(rows: list[dict], shape: str, concurrency: int) -> tuple[dict[str, float], list[str]]:
+    """Time-weighted aggregate output throughput per arm (median over reps), and the workloads it covers.
+
+    Only workloads where every arm of this shape and concurrency has a row for every repetition
+    count, so each arm's aggregate spans the same requests.
+    """
+    mine = [r for r in rows if r["shape"] == shape and r["concurrency"] == concurrency]
+    arms = sorted({r["arm"] for r in mine})
+    reps = sorted({r["rep"] for r in mine})
+    have = {(r["workload"], r["arm"], r["rep"]) for r in mine}
+    names = sorted(w for w in {r["workload"] for r in mine}
+                   if all((w, a, k) in have for a in arms for k in reps))
     per_rep = collections.defaultdict(lambda: [0, 0.0])
-    for r in rows:
-        if r["shape"] == shape and r["concurrency"] == concurrency:
+    for r in mine:
+        if r["workload"] in names:
             acc = per_rep[(r["arm"], r["rep"])]
             acc[0] += r["output_tokens"]
             acc[1] += r["duration_s"]
     by_arm = collections.defaultdict(list)
     for (arm, _), (tokens, seconds) in per_rep.items():
         by_arm[arm].append(tokens / seconds)
-    return {arm: statistics.median(v) for arm, v in by_arm.items()}
+    return {arm: statistics.median(v) for arm, v in by_arm.items()}, names
+
+
+#: Running-request ranges of the decode-step table.
+LOADS = ((1, 8), (9, 32), (33, 128), (129, 1 << 20))
+
+
+def steps_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
+    """Markdown: per workload and arm, decode wall time per run and ms per step at each load (server logs).
+
+    "Outside" is the run's wall time not covered by logged decode steps: prefill-only iterations,
+    the client's ramp, and the last (unlogged) fewer-than-40 steps. The last column, for CoRun, is
+    the decode time it would save if each of its steps cost what a default SGLang step costs at the
+    same load: the measured price of fixed-shape steps.
+    """
+    groups = collections.defaultdict(list)
+    for r in rows:
+        if r["shape"] == shape and r["concurrency"] == concurrency and r.get("decode_steps"):
+            groups[(r["workload"], r["arm"])].append(r)
+    if not groups:
+        return []
+    label = lambda lo, hi: f"{lo}+" if hi > 4096 else f"{lo}-{hi}"  # noqa: E731
+    lines = ["| workload | arm | " + " | ".join(f"{label(*b)} running: s/run (ms/step)" for b in LOADS)
+             + " | run s | outside logged decode steps s | CoRun at STD step cost: s saved |",
+             "| --- | --- | " + " | ".join("---:" for _ in LOADS) + " | ---: | ---: | ---: |"]
+    for (w, arm) in sorted(groups, key=lambda k: (k[0], ARMS.index(k[1]) if k[1] in ARMS else 9)):
+        rs = groups[(w, arm)]
+        pooled = [s for r in rs for s in r["decode_steps"]]
+        cols, secs, ms = [], {}, {}
+        for b in LOADS:
+            secs[b] = statistics.median(serverlog.seconds(r["decode_steps"], *b) for r in rs)
+            ms[b] = serverlog.step_ms(pooled, *b)
+            cols.append("-" if ms[b] is None else f"{secs[b]:.1f} ({ms[b]:.1f})")
+        saved = "-"
+        std = groups.get((w, "STD"))
+        if arm == "CoRun" and std:
+            std_pooled = [s for r in std for s in r["decode_steps"]]
+            ref = {b: serverlog.step_ms(std_pooled, *b) for b in LOADS}
+            saved = f"{sum(secs[b] * (1 - ref[b] / ms[b]) for b in LOADS if ms[b] and ref[b]):.1f}"
+        run_s = statistics.median(r["duration_s"] for r in rs)
+        outside = statistics.median(r["duration_s"] - serverlog.seconds(r["decode_steps"], 1, 1 << 20) for r in rs)
+        lines.append(f"| {w} | {arm} | " + " | ".join(cols) + f" | {run_s:.1f} | {outside:.1f} | {saved} |")
+    return lines
 
 
 def plot(c: dict, shape: str, concurrency: int, path: Path) -> None:
@@ -209,11 +270,13 @@ def _fmt(x: float | None) -> str:
 
 
 def render(rows: list[dict], c: dict, plots: dict[tuple, str], header: str,
-           padding: list[dict] | None = None, sampler: list[dict] | None = None) -> str:
+           padding: list[dict] | None = None, sampler: list[dict] | None = None, notes: str = "") -> str:
     lines = ["# Benchmarks: STD vs BI vs CoRun", "", header, ""]
     goals = targets_table(rows, c)
     if goals:
         lines += ["## Targets", "", *goals, ""]
+    if notes:
+        lines += [notes.strip(), ""]
     for shape, concurrency in sorted({(k[0], k[2]) for k in c}):
         lines += [f"## {shape}, concurrency {concurrency}", ""]
         if (shape, concurrency) in plots:
@@ -231,12 +294,15 @@ def render(rows: list[dict], c: dict, plots: dict[tuple, str], header: str,
             lines.append(f"| {w} | {' | '.join(tput)} | {_fmt(ratio(c, key, 'CoRun', 'BI'))} | "
                          f"{_fmt(ratio(c, key, 'CoRun', 'STD'))} | {_fmt(ratio(c, key, 'BI', 'STD'))} | "
                          f"{tpot} | {reps} |")
-        agg = aggregate(rows, shape, concurrency)
+        agg, covered = aggregate(rows, shape, concurrency)
         if agg:
-            lines += ["", "Time-weighted aggregate throughput (tok/s): "
+            lines += ["", f"Time-weighted aggregate throughput over {', '.join(covered)} (tok/s): "
                       + ", ".join(f"{arm} {agg[arm]:.0f}" for arm in ARMS if arm in agg)]
             if "CoRun" in agg and "BI" in agg and "STD" in agg:
                 lines.append(f"CoRun/BI {agg['CoRun'] / agg['BI']:.2f}, CoRun/STD {agg['CoRun'] / agg['STD']:.2f}")
+        steps = steps_table(rows, shape, concurrency)
+        if steps:
+            lines += ["", "Decode steps by load, from the servers' logs (medians over repetitions):", "", *steps]
         lines.append("")
     decode = sorted({k[:3] for k, v in c.items() if v["decode_phase_throughput"]})
     if decode:
@@ -281,27 +347,36 @@ def main(argv=None) -> int:
     parser.add_argument("--header", default="", help="host, versions and commands, as markdown")
     parser.add_argument("--padding", help="JSON lines written by bench/padding.py")
     parser.add_argument("--sampler", action="append", default=[], help="JSON written by bench/sampler.py (repeatable)")
+    parser.add_argument("--plots", help="folder for the PNGs (default: the report's folder)")
+    parser.add_argument("--notes", help="markdown file placed under the targets table (explanations of misses)")
     args = parser.parse_args(argv)
     rows = load(Path(args.runs))
     c = cells(rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(args.plots) if args.plots else out.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder.resolve().relative_to(out.parent.resolve())  # plots live at or below the report
     plots = {}
+
+    def place(key, name, made):
+        if made is not False:
+            plots[key] = (link / name).as_posix()
+
     for shape, concurrency in sorted({(k[0], k[2]) for k in c}):
         name = f"bench-{shape}-c{concurrency}.png"
-        plot(c, shape, concurrency, out.parent / name)
-        plots[(shape, concurrency)] = name
+        place((shape, concurrency), name, plot(c, shape, concurrency, folder / name))
     for shape, workload, concurrency in sorted({k[:3] for k in c}):
         name = f"timeline-{shape}-{workload}-c{concurrency}.png"
-        if plot_timeline(rows, shape, workload, concurrency, out.parent / name):
-            plots[(shape, workload, concurrency, "timeline")] = name
+        place((shape, workload, concurrency, "timeline"), name,
+              plot_timeline(rows, shape, workload, concurrency, folder / name))
     for shape, workload in sorted({k[:2] for k in c}):
         name = f"sweep-{shape}-{workload}.png"
-        if plot_sweep(c, shape, workload, out.parent / name):
-            plots[(shape, workload, 0, "sweep")] = name
+        place((shape, workload, 0, "sweep"), name, plot_sweep(c, shape, workload, folder / name))
     padding = load(Path(args.padding)) if args.padding else None
     sampler = [json.loads(Path(p).read_text()) for p in args.sampler]
-    out.write_text(render(rows, c, plots, args.header, padding, sampler))
+    notes = Path(args.notes).read_text() if args.notes else ""
+    out.write_text(render(rows, c, plots, args.header, padding, sampler, notes))
     print(out.read_text())
     return 0
 

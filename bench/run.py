@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -28,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import client  # noqa: E402
 import common  # noqa: E402
+import serverlog  # noqa: E402
 import workloads  # noqa: E402
 
 ARMS = {
@@ -122,12 +125,19 @@ def main(argv=None) -> int:
             # Fresh prompts per repetition (no prefix-cache hits across reps), the same for every arm.
             prompts = workloads.prompts(pairs, seed=1000 * names.index(w) + rep)
             bodies = [client.request(p, o, seed=i) for i, (p, (_, o)) in enumerate(zip(prompts, pairs))]
-            records, duration = asyncio.run(client.run(serve(arm).url, bodies, c))
+            server = serve(arm)
+            log_start = server.log.stat().st_size
+            records, duration = asyncio.run(client.run(server.url, bodies, c))
+            with open(server.log, errors="replace") as log:
+                log.seek(log_start)
+                steps = serverlog.decode_steps(log.read())
             row = {
                 "shape": label, "tp": args.tp_size, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
-                "requests": len(bodies), "time": time.time(),
-                "server_command": servers[arm].command, **client.summarize(records, duration, wave=c),
+                "requests": len(bodies), "time": time.time(), "host": socket.gethostname(),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "server_command": server.command, **client.summarize(records, duration, wave=c),
                 "timeline": client.timeline(records, [len(b["input_ids"]) for b in bodies]),
+                "decode_steps": steps,
             }
             with open(out, "a") as f:
                 f.write(json.dumps(row) + "\n")

@@ -39,7 +39,13 @@ def test_summary_follows_bench_serving_definitions():
     assert s["output_throughput"] == pytest.approx(3.0)
 
 
-def _streaming_server():
+DECODE_LINE = ("[{}] Decode batch, #running-req: {}, #token: 20, token usage: 0.00, cuda graph: True, "
+               "gen throughput (token/s): {:.2f}, #queue-req: 0\n")
+
+
+def _streaming_server(log=None):
+    """A stand-in /generate endpoint; with ``log``, it appends two SGLang decode-batch lines per request."""
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -62,6 +68,10 @@ def _streaming_server():
             for k in range(1, n + 1):
                 time.sleep(0.01)
                 chunk("data: " + json.dumps({"meta_info": {"completion_tokens": k}}) + "\n\n")
+            if log is not None:  # logged while the request runs, as SGLang does
+                now = time.strftime("%Y-%m-%d %H:%M:%S")
+                with open(log, "a") as f:
+                    f.write(DECODE_LINE.format(now, 1, 1.0) + DECODE_LINE.format(now, 2, 200.0))
             chunk("data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
 
@@ -113,8 +123,31 @@ def test_report_medians_ratios_aggregate_and_plot(tmp_path):
     assert "| sharegpt | 1001 (1000-1002) | 501 (500-502) | 901 (900-902) | 1.80 | 0.90 | 0.50 |" in text
     assert (tmp_path / "bench-qwen3-8b-c256.png").stat().st_size > 1000
     assert "Ablations" not in text
-    agg = report.aggregate(rows, "qwen3-8b", 256)
+    agg, names = report.aggregate(rows, "qwen3-8b", 256)
+    assert names == ["fixed-1024-128", "sharegpt"]
     assert agg["STD"] == pytest.approx(2000 / (1000 / 1001 + 1000 / 2001), rel=1e-6)
+    # a workload some arm has not run yet stays out of every arm's aggregate
+    partial = rows + [_row("STD", rep, "azure-conv", 10) for rep in range(3)]
+    assert report.aggregate(partial, "qwen3-8b", 256) == (agg, names)
+
+
+def test_report_tables_decode_steps_by_load_and_prices_fixed_shapes(tmp_path):
+    # STD: 5 ms steps at 4 running, 10 ms at 200; CoRun: 12 ms at any load (one N-slot graph)
+    steps = {"STD": [[4, 800.0], [200, 20000.0]], "CoRun": [[4, 4 / 0.012], [200, 200 / 0.012]]}
+    rows = [{**_row(arm, rep, "sharegpt", 1000), "decode_steps": steps[arm]} for rep in range(3) for arm in steps]
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(json.dumps(r) for r in rows))
+    notes = tmp_path / "notes.md"
+    notes.write_text("## Missed targets\n\nmeasured reasons\n")
+    out = tmp_path / "benchmarks.md"
+    assert report.main([str(runs), "--out", str(out), "--plots", str(tmp_path / "bench"), "--notes", str(notes)]) == 0
+    text = out.read_text()
+    assert "| sharegpt | STD | 0.2 (5.0) | - | - | 0.4 (10.0) | 1.0 | 0.4 | - |" in text
+    # CoRun at STD's step cost: 0.48 s * (1 - 5/12) + 0.48 s * (1 - 10/12) = 0.36 s
+    assert "| sharegpt | CoRun | 0.5 (12.0) | - | - | 0.5 (12.0) | 1.0 | 0.0 | 0.4 |" in text
+    assert text.index("## Targets") < text.index("measured reasons") < text.index("## qwen3-8b, concurrency 256")
+    assert "![throughput](bench/bench-qwen3-8b-c256.png)" in text
+    assert (tmp_path / "bench" / "bench-qwen3-8b-c256.png").exists()
 
 
 def test_report_checks_targets_on_paired_repetitions_and_tables_the_sampler(tmp_path):
@@ -170,7 +203,10 @@ class _StandIn:
     started: list = []
 
     def __init__(self, model_path, args, log, timeout=600, static_gb=None):
-        self.httpd = _streaming_server()
+        self.log = Path(log)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.log.write_text("server started\n")
+        self.httpd = _streaming_server(self.log)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.command = ["server", *args]
         assert static_gb == 38.0 and "--max-total-tokens" in args
@@ -203,6 +239,8 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted((r["arm"], r["rep"]) for r in rows) == [("CoRun", 0), ("CoRun", 1), ("STD", 0), ("STD", 1)]
     assert all(r["completed"] == 2 and r["output_tokens"] == 6 for r in rows)
+    # each row holds the decode samples its own run logged, less the first (it spans the idle time before)
+    assert all(r["decode_steps"] == [[2, 200.0], [1, 1.0], [2, 200.0]] for r in rows)
     # one server per arm side by side; one at a time, a start whenever the arm changes
     # (STD, CoRun | CoRun, STD: the rotation keeps CoRun across the repetitions' boundary)
     assert _StandIn.started == (["other", "--corun", "other"] if one_at_a_time else ["other", "--corun"])

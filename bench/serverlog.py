@@ -1,0 +1,95 @@
+"""Decode-step samples from an SGLang server log: what one decode step costs at each load.
+
+Every ``--decode-log-interval`` (40) decode steps SGLang logs ``Decode batch, #running-req: R, ...,
+gen throughput (token/s): G``, where G is the tokens generated over the wall time since the previous
+such line. A sample ``[R, G]`` therefore stands for 40 steps of about R requests each, and
+``R / G`` is the wall time of one step, prefill iterations in between included. The first sample
+after an idle server spans the idle time too, so the first sample of every run is dropped.
+
+``python bench/serverlog.py RUNS LOGS`` fills ``decode_steps`` into the rows of RUNS that lack it,
+from the arm logs ``LOGS/ARM.log`` (rows whose server log survives), matching each row's run
+window with the log's timestamps (1 s resolution, UTC unless ``--log-utc-offset-hours``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+from pathlib import Path
+
+LINE = re.compile(
+    r"^\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\] Decode batch[^,]*, "
+    r"#running-req: (?P<running>\d+),.*gen throughput \(token/s\): (?P<tps>[\d.]+)"
+)
+#: Steps per logged sample (SGLang's ``--decode-log-interval`` default, which the benchmarks keep).
+STEPS_PER_SAMPLE = 40
+
+
+def samples(text: str, utc_offset_hours: float = 0.0) -> list[tuple[float, int, float]]:
+    """``(unix time, running requests, tokens/s)`` of every decode-batch line of ``text``."""
+    tz = datetime.timezone(datetime.timedelta(hours=utc_offset_hours))
+    out = []
+    for line in text.splitlines():
+        m = LINE.match(line)
+        if m:
+            t = datetime.datetime.strptime(m["time"], "%Y-%m-%d %H:%M:%S").replace(tzinfo=tz).timestamp()
+            out.append((t, int(m["running"]), float(m["tps"])))
+    return out
+
+
+def decode_steps(text: str) -> list[list[float]]:
+    """``[[running, tokens/s], ...]`` of one run's share of a log, its first sample dropped."""
+    return [[r, g] for _, r, g in samples(text)[1:] if g > 0]
+
+
+def step_ms(steps: list[list[float]], lo: int, hi: int) -> float | None:
+    """Median wall time of one decode step over the samples with ``lo <= running <= hi``."""
+    import statistics
+
+    ms = [1e3 * r / g for r, g in steps if lo <= r <= hi]
+    return statistics.median(ms) if ms else None
+
+
+def seconds(steps: list[list[float]], lo: int, hi: int) -> float:
+    """Wall time the samples with ``lo <= running <= hi`` stand for."""
+    return sum(STEPS_PER_SAMPLE * r / g for r, g in steps if lo <= r <= hi)
+
+
+def backfill(rows: list[dict], logs: Path, utc_offset_hours: float = 0.0) -> int:
+    """Set ``decode_steps`` on rows without it from ``logs/ARM.log``; return how many were set."""
+    cache: dict[str, list] = {}
+    filled = 0
+    for row in rows:
+        if "decode_steps" in row:
+            continue
+        path = logs / f"{row['arm']}.log"
+        if not path.exists():
+            continue
+        if row["arm"] not in cache:
+            cache[row["arm"]] = samples(path.read_text(errors="replace"), utc_offset_hours)
+        end = row["time"]
+        start = end - row["duration_s"]
+        window = [(r, g) for t, r, g in cache[row["arm"]] if start - 1 <= t <= end + 1]
+        row["decode_steps"] = [[r, g] for r, g in window[1:] if g > 0]
+        filled += 1
+    return filled
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", help="JSON lines written by bench/run.py, rewritten in place")
+    parser.add_argument("logs", help="the folder of the arms' server logs (ARM.log)")
+    parser.add_argument("--log-utc-offset-hours", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    path = Path(args.runs)
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    filled = backfill(rows, Path(args.logs), args.log_utc_offset_hours)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"{filled} rows given decode_steps")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""Decode-step samples parsed from SGLang server logs (lines as SGLang 0.5.17 writes them)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import serverlog  # noqa: E402
+
+LOG = """\
+[2026-11-30 09:48:10 TP0] Prefill batch, #new-seq: 1, #new-token: 75, #cached-token: 0, token usage: 0.00, \
+#running-req: 0, #queue-req: 19, #pending-token: 0, cuda graph: True, input throughput (token/s): 1.23
+[2026-11-30 09:48:18 TP0] Decode batch, #running-req: 238, #token: 86463, token usage: 0.20, cuda graph: True, \
+gen throughput (token/s): 134.30, #queue-req: 0
+[2026-11-30 09:48:19 TP0] Decode batch, #running-req: 224, #token: 92863, token usage: 0.22, cuda graph: True, \
+gen throughput (token/s): 16064.63, #queue-req: 0
+[2026-11-30 09:48:21] Decode batch, #running-req: 4, #token: 3000, token usage: 0.01, cuda graph: True, \
+gen throughput (token/s): 400.00, #queue-req: 0
+"""
+
+
+def test_samples_read_time_running_and_throughput_with_or_without_a_rank_tag():
+    rows = serverlog.samples(LOG)
+    assert [(r, g) for _, r, g in rows] == [(238, 134.30), (224, 16064.63), (4, 400.0)]
+    assert rows[2][0] - rows[0][0] == 3  # seconds, from the timestamps
+    assert serverlog.samples(LOG, utc_offset_hours=1)[0][0] == rows[0][0] - 3600
+
+
+def test_the_first_sample_of_a_run_is_dropped_it_spans_the_idle_time_before():
+    assert serverlog.decode_steps(LOG) == [[224, 16064.63], [4, 400.0]]
+    assert serverlog.decode_steps("no decode lines\n") == []
+
+
+def test_step_time_and_seconds_by_load():
+    steps = [[224, 16000.0], [4, 400.0], [8, 400.0]]
+    assert serverlog.step_ms(steps, 129, 256) == pytest.approx(14.0)
+    assert serverlog.step_ms(steps, 1, 8) == pytest.approx(15.0)  # median of 10 ms and 20 ms
+    assert serverlog.step_ms(steps, 9, 32) is None
+    assert serverlog.seconds(steps, 1, 8) == pytest.approx(40 * 0.01 + 40 * 0.02)
+
+
+def test_backfill_takes_each_rows_window_from_its_arms_log(tmp_path):
+    (tmp_path / "CoRun.log").write_text(LOG)
+    t0 = serverlog.samples(LOG)[0][0]
+    rows = [
+        {"arm": "CoRun", "time": t0 + 3, "duration_s": 3.0},  # the whole log
+        {"arm": "CoRun", "time": t0 + 100, "duration_s": 5.0},  # no samples in its window
+        {"arm": "STD", "time": t0 + 3, "duration_s": 3.0},  # no log for this arm
+        {"arm": "CoRun", "time": t0, "duration_s": 1.0, "decode_steps": [[1, 1.0]]},  # kept
+    ]
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert serverlog.main([str(runs), str(tmp_path)]) == 0
+    out = [json.loads(line) for line in runs.read_text().splitlines()]
+    assert out[0]["decode_steps"] == [[224, 16064.63], [4, 400.0]]
+    assert out[1]["decode_steps"] == []
+    assert "decode_steps" not in out[2]
+    assert out[3]["decode_steps"] == [[1, 1.0]]
