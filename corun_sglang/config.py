@@ -35,6 +35,10 @@ SAMPLING_BACKEND = "corun"
 #: Tensor-parallel sizes served under --corun (each verified on GPUs with its collectives).
 TP_SIZES_VERIFIED = frozenset({1, 2})
 
+#: Prefill CUDA graphs (SGLang pads a prefill to its nearest captured token count) under --corun.
+#: Off until verified on GPUs: every determinism run so far used eager prefill.
+PREFILL_GRAPH_VERIFIED = False
+
 #: Server options that switch all-reduce to a collective other than NCCL's.
 CUSTOM_COLLECTIVES = (
     "enable_nccl_nvls", "enable_symm_mem", "enable_mscclpp", "enable_torch_symm_mem",
@@ -109,15 +113,25 @@ def _attention_backends_given(args: Any) -> set:
     } - {None}
 
 
-def _decode_graph_json(args: Any) -> dict:
+def _graph_json(args: Any, phase: str) -> dict:
     cfg = getattr(args, "cuda_graph_config", None)
     if cfg is None:
         return {}
     if isinstance(cfg, dict):
-        return dict(cfg.get("decode") or {})
+        return dict(cfg.get(phase) or {})
     if hasattr(cfg, "to_dict"):
-        return dict(cfg.to_dict().get("decode") or {})
+        return dict(cfg.to_dict().get(phase) or {})
     return {}
+
+
+def _decode_graph_json(args: Any) -> dict:
+    return _graph_json(args, "decode")
+
+
+def _prefill_graph_asked(args: Any) -> bool:
+    """The user asked for a prefill CUDA graph backend other than 'disabled'."""
+    backend = getattr(args, "cuda_graph_backend_prefill", None) or _graph_json(args, "prefill").get("backend")
+    return backend is not None and backend != "disabled"
 
 
 def _decode_sizes_conflict(args: Any) -> bool:
@@ -222,6 +236,12 @@ REFUSALS: tuple[Refusal, ...] = (
         "keep the decode CUDA graph on (backend 'full')",
     ),
     Refusal(
+        "--cuda-graph-backend-prefill",
+        lambda a: not PREFILL_GRAPH_VERIFIED and _prefill_graph_asked(a),
+        "prefill CUDA graphs are not verified under --corun yet (--corun runs prefill eagerly)",
+        "drop --cuda-graph-backend-prefill (or set it to 'disabled')",
+    ),
+    Refusal(
         "--disable-cuda-graph-padding",
         lambda a: bool(a.disable_cuda_graph_padding),
         "a decode batch smaller than N must be padded to N and replay the one graph",
@@ -306,8 +326,10 @@ def defaults(args: Any) -> dict[str, Any]:
     """
     n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
     tp = {"disable_custom_all_reduce": True} if (args.tp_size or 1) > 1 else {}
+    prefill = {} if PREFILL_GRAPH_VERIFIED else {"disable_prefill_cuda_graph": True}
     return {
         **tp,
+        **prefill,
         "max_running_requests": n,
         "cuda_graph_bs_decode": [n],
         "cuda_graph_max_bs_decode": n,
@@ -369,6 +391,9 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
         problems.append(f"decode CUDA graph resolved to backend '{graph.backend}', not 'full'")
     if list(graph.bs or []) != [n]:
         problems.append(f"decode CUDA graph sizes resolved to {graph.bs}, not [{n}]")
+    prefill_backend = args.cuda_graph_config.prefill.backend
+    if not PREFILL_GRAPH_VERIFIED and prefill_backend != "disabled":
+        problems.append(f"prefill CUDA graph resolved to backend '{prefill_backend}', not 'disabled'")
     if args.prefill_max_requests != PREFILL_REQUESTS_PER_BATCH:
         problems.append(
             f"prefill_max_requests resolved to {args.prefill_max_requests}, not "

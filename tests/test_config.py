@@ -103,6 +103,17 @@ def test_defaults_fix_one_decode_shape_and_isolated_prefill():
     assert chosen["attention_backend"] == "flashinfer"
     assert chosen["sampling_backend"] == "corun"
     assert chosen["random_seed"] == config.DEFAULT_RANDOM_SEED
+    assert chosen["disable_prefill_cuda_graph"] is True  # eager prefill: the verified path
+
+
+@pytest.mark.parametrize("given", [{"cuda_graph_backend_prefill": "breakable"},
+                                   {"cuda_graph_config": {"prefill": {"backend": "tc_piecewise"}}}])
+def test_prefill_graphs_follow_their_verification(monkeypatch, given):
+    assert any("--cuda-graph-backend-prefill" in p for p in config.refusals(user_args(**given)))
+    assert config.refusals(user_args(cuda_graph_backend_prefill="disabled")) == []
+    monkeypatch.setattr(config, "PREFILL_GRAPH_VERIFIED", True)
+    assert config.refusals(user_args(**given)) == []
+    assert "disable_prefill_cuda_graph" not in config.defaults(user_args())
 
 
 def test_defaults_take_n_and_seed_from_the_user():
@@ -120,6 +131,7 @@ def test_violations_catch_a_resolution_that_breaks_the_contract(make_args):
     assert "radix cache" in text
     assert "prefill_max_requests" in text
     assert "attention resolved" in text
+    assert "prefill CUDA graph resolved to backend" in text
     with pytest.raises(config.CorunConfigError):
         config.resolve(resolved, resolved.get_attention_backends())
 

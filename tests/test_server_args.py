@@ -43,6 +43,11 @@ def test_cli_flag_resolves_the_corun_configuration(parse):
     assert args.random_seed == config.DEFAULT_RANDOM_SEED
 
 
+def test_prefill_runs_eagerly_under_corun_only(parse):
+    assert parse("--corun").cuda_graph_config.prefill.backend == "disabled"
+    assert parse().cuda_graph_config.prefill.backend != "disabled"  # SGLang's default (a graph), untouched
+
+
 def test_n_is_max_running_requests(parse):
     args = parse("--corun", "--max-running-requests", "48")
     assert args.corun_config.decode_batch_size == 48
