@@ -98,6 +98,10 @@ def aggregate(rows: list[dict], shape: str, concurrency: int) -> tuple[dict[str,
 LOADS = ((1, 8), (9, 32), (33, 128), (129, 1 << 20))
 
 
+def _load_label(lo: int, hi: int) -> str:
+    return f"{lo}+" if hi == LOADS[-1][1] else f"{lo}-{hi}"
+
+
 def steps_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
     """Markdown: per workload and arm, decode wall time per run and ms per step at each load (server logs).
 
@@ -112,8 +116,7 @@ def steps_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
             groups[(r["workload"], r["arm"])].append(r)
     if not groups:
         return []
-    label = lambda lo, hi: f"{lo}+" if hi > 4096 else f"{lo}-{hi}"  # noqa: E731
-    lines = ["| workload | arm | " + " | ".join(f"{label(*b)} running: s/run (ms/step)" for b in LOADS)
+    lines = ["| workload | arm | " + " | ".join(f"{_load_label(*b)} running: s/run (ms/step)" for b in LOADS)
              + " | run s | outside logged decode steps s | CoRun at STD step cost: s saved |",
              "| --- | --- | " + " | ".join("---:" for _ in LOADS) + " | ---: | ---: | ---: |"]
     for (w, arm) in sorted(groups, key=lambda k: (k[0], ARMS.index(k[1]) if k[1] in ARMS else 9)):

@@ -17,6 +17,7 @@ import argparse
 import datetime
 import json
 import re
+import statistics
 from pathlib import Path
 
 LINE = re.compile(
@@ -46,8 +47,6 @@ def decode_steps(text: str) -> list[list[float]]:
 
 def step_ms(steps: list[list[float]], lo: int, hi: int) -> float | None:
     """Median wall time of one decode step over the samples with ``lo <= running <= hi``."""
-    import statistics
-
     ms = [1e3 * r / g for r, g in steps if lo <= r <= hi]
     return statistics.median(ms) if ms else None
 

@@ -10,8 +10,7 @@
 #   dense-ablation  qwen3-8b, sharegpt and fixed-64-448: STD, split-KV off, + isolated prefill, CoRun
 #   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 64, 256, and STD
 #   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448
-#   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448 (--corun serves TP 2 only once
-#                   2 is in corun_sglang.config.TP_SIZES_VERIFIED)
+#   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
 #   sampler         the sampler microbenchmark, plain and filtered (top-p 0.9, top-k 50)
 # SLICE=W1,W2 runs only those workloads of a run.py slice (to split one slice over two GPUs).
 # With two GPUs, run two invocations at once, each with its own CUDA_VISIBLE_DEVICES and RESULTS

@@ -35,8 +35,8 @@ SAMPLING_BACKEND = "corun"
 #: Tensor-parallel sizes served under --corun (each verified on GPUs with its collectives).
 TP_SIZES_VERIFIED = frozenset({1, 2})
 
-#: Prefill CUDA graphs (SGLang pads a prefill to its nearest captured token count) under --corun.
-#: Off until verified on GPUs: every determinism run so far used eager prefill.
+#: Whether --corun may run prefill in SGLang's CUDA graphs (a prefill padded to the nearest
+#: captured token count). False: --corun prefills eagerly, the path its GPU determinism runs cover.
 PREFILL_GRAPH_VERIFIED = False
 
 #: Server options that switch all-reduce to a collective other than NCCL's.
@@ -124,10 +124,6 @@ def _graph_json(args: Any, phase: str) -> dict:
     return {}
 
 
-def _decode_graph_json(args: Any) -> dict:
-    return _graph_json(args, "decode")
-
-
 def _prefill_graph_asked(args: Any) -> bool:
     """The user asked for a prefill CUDA graph backend other than 'disabled'."""
     backend = getattr(args, "cuda_graph_backend_prefill", None) or _graph_json(args, "prefill").get("backend")
@@ -139,8 +135,8 @@ def _decode_sizes_conflict(args: Any) -> bool:
     given = [
         ("bs", args.cuda_graph_bs_decode),
         ("max_bs", args.cuda_graph_max_bs_decode),
-        ("bs", _decode_graph_json(args).get("bs")),
-        ("max_bs", _decode_graph_json(args).get("max_bs")),
+        ("bs", _graph_json(args, "decode").get("bs")),
+        ("max_bs", _graph_json(args, "decode").get("max_bs")),
     ]
     for key, value in given:
         if value is None:
@@ -153,7 +149,7 @@ def _decode_sizes_conflict(args: Any) -> bool:
 
 
 def _decode_graph_off(args: Any) -> bool:
-    backend = args.cuda_graph_backend_decode or _decode_graph_json(args).get("backend")
+    backend = args.cuda_graph_backend_decode or _graph_json(args, "decode").get("backend")
     return bool(
         getattr(args, "disable_cuda_graph", False)
         or args.disable_decode_cuda_graph
