@@ -86,10 +86,11 @@ def main(argv=None) -> int:
     arms = args.arms.split(",")
     names = args.workloads.split(",")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
+    done = done_keys(out)
     todo = [
         (w, c, rep, arm)
         for w in names for c in concurrencies for rep, arm in schedule(arms, args.reps)
-        if (label, w, c, arm, rep) not in done_keys(out)
+        if (label, w, c, arm, rep) not in done
     ]
     if args.one_at_a_time:  # arm-major within each repetition: a server start only when the arm changes
         order = {step: i for i, step in enumerate(schedule(arms, args.reps))}

@@ -51,14 +51,14 @@ def render(summary: dict, commands: list[str], host: str, title: str = "Determin
     for shape in shapes:
         lines += [f"## {shape}", "", "| scenario | " + " | ".join(ARMS) + " |",
                   "| --- | " + " | ".join("---:" for _ in ARMS) + " |"]
-        for s, title in SCENARIOS.items():
+        for s, scenario in SCENARIOS.items():
             if not any((shape, s, arm) in cells for arm in ARMS):
                 continue
             row = []
             for arm in ARMS:
                 v = cells.get((shape, s, arm))
                 row.append("-" if v is None else f"{v[0]} / {v[1]}")
-            lines.append(f"| {s}. {title} | " + " | ".join(row) + " |")
+            lines.append(f"| {s}. {scenario} | " + " | ".join(row) + " |")
         distinct = [f"{arm} {summary['distinct_samples'][f'{shape}|{arm}']}" for arm in ARMS
                     if f"{shape}|{arm}" in summary.get("distinct_samples", {})]
         if distinct:
