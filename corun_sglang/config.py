@@ -35,9 +35,10 @@ SAMPLING_BACKEND = "corun"
 #: Tensor-parallel sizes served under --corun (each verified on GPUs with its collectives).
 TP_SIZES_VERIFIED = frozenset({1, 2})
 
-#: Whether --corun may run prefill in SGLang's CUDA graphs (a prefill padded to the nearest
-#: captured token count). False: --corun prefills eagerly, the path its GPU determinism runs cover.
-PREFILL_GRAPH_VERIFIED = False
+#: Prefill CUDA graph backends served under --corun, each verified on GPUs: eager prefill, and
+#: SGLang's breakable graphs (SGLang's default), which pad a prefill to the nearest captured token
+#: count; with one request per prefill that count depends on the request alone.
+PREFILL_GRAPH_BACKENDS = frozenset({"disabled", "breakable"})
 
 #: Server options that switch all-reduce to a collective other than NCCL's.
 CUSTOM_COLLECTIVES = (
@@ -124,10 +125,10 @@ def _graph_json(args: Any, phase: str) -> dict:
     return {}
 
 
-def _prefill_graph_asked(args: Any) -> bool:
-    """The user asked for a prefill CUDA graph backend other than 'disabled'."""
+def _prefill_graph_unverified(args: Any) -> bool:
+    """The user asked for a prefill CUDA graph backend outside ``PREFILL_GRAPH_BACKENDS``."""
     backend = getattr(args, "cuda_graph_backend_prefill", None) or _graph_json(args, "prefill").get("backend")
-    return backend is not None and backend != "disabled"
+    return backend is not None and backend not in PREFILL_GRAPH_BACKENDS
 
 
 def _decode_sizes_conflict(args: Any) -> bool:
@@ -233,9 +234,9 @@ REFUSALS: tuple[Refusal, ...] = (
     ),
     Refusal(
         "--cuda-graph-backend-prefill",
-        lambda a: not PREFILL_GRAPH_VERIFIED and _prefill_graph_asked(a),
-        "prefill CUDA graphs are not verified under --corun yet (--corun runs prefill eagerly)",
-        "drop --cuda-graph-backend-prefill (or set it to 'disabled')",
+        _prefill_graph_unverified,
+        "only eager prefill and SGLang's breakable prefill graphs are verified under --corun",
+        "drop --cuda-graph-backend-prefill (or set it to 'breakable' or 'disabled')",
     ),
     Refusal(
         "--disable-cuda-graph-padding",
@@ -322,10 +323,8 @@ def defaults(args: Any) -> dict[str, Any]:
     """
     n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
     tp = {"disable_custom_all_reduce": True} if (args.tp_size or 1) > 1 else {}
-    prefill = {} if PREFILL_GRAPH_VERIFIED else {"disable_prefill_cuda_graph": True}
     return {
         **tp,
-        **prefill,
         "max_running_requests": n,
         "cuda_graph_bs_decode": [n],
         "cuda_graph_max_bs_decode": n,
@@ -388,8 +387,11 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
     if list(graph.bs or []) != [n]:
         problems.append(f"decode CUDA graph sizes resolved to {graph.bs}, not [{n}]")
     prefill_backend = args.cuda_graph_config.prefill.backend
-    if not PREFILL_GRAPH_VERIFIED and prefill_backend != "disabled":
-        problems.append(f"prefill CUDA graph resolved to backend '{prefill_backend}', not 'disabled'")
+    if prefill_backend not in PREFILL_GRAPH_BACKENDS:
+        problems.append(
+            f"prefill CUDA graph resolved to backend '{prefill_backend}', not one of "
+            f"{sorted(PREFILL_GRAPH_BACKENDS)}"
+        )
     if args.prefill_max_requests != PREFILL_REQUESTS_PER_BATCH:
         problems.append(
             f"prefill_max_requests resolved to {args.prefill_max_requests}, not "

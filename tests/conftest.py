@@ -2,7 +2,10 @@
 
 The CPU tier drives the real SGLang 0.5.17 classes. SGLang resolves options
 for an accelerator, so the tests pass ``device="cuda"`` explicitly (nothing
-touches a GPU: resolution reads the model config and the options only).
+touches a GPU: resolution reads the model config and the options only), and
+without a GPU the one platform-dependent default SGLang reads at resolution,
+the prefill CUDA graph backend (``breakable`` on CUDA, ``tc_piecewise``
+elsewhere), is set to CUDA's.
 """
 
 import json
@@ -41,6 +44,20 @@ TINY_QWEN3 = {
     "bos_token_id": 1,
     "eos_token_id": 2,
 }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cuda_platform_defaults():
+    """SGLang's CUDA default for the prefill graph backend, on a host without CUDA."""
+    if _CUDA:
+        yield
+        return
+    from sglang.srt.model_executor import cuda_graph_config
+
+    platform_default = cuda_graph_config.default_prefill_backend
+    cuda_graph_config.default_prefill_backend = lambda: cuda_graph_config.Backend.BREAKABLE
+    yield
+    cuda_graph_config.default_prefill_backend = platform_default
 
 
 @pytest.fixture(scope="session")

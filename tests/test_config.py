@@ -103,17 +103,15 @@ def test_defaults_fix_one_decode_shape_and_isolated_prefill():
     assert chosen["attention_backend"] == "flashinfer"
     assert chosen["sampling_backend"] == "corun"
     assert chosen["random_seed"] == config.DEFAULT_RANDOM_SEED
-    assert chosen["disable_prefill_cuda_graph"] is True  # eager prefill: the verified path
+    assert "disable_prefill_cuda_graph" not in chosen  # SGLang's breakable prefill graphs stay on
 
 
-@pytest.mark.parametrize("given", [{"cuda_graph_backend_prefill": "breakable"},
+@pytest.mark.parametrize("given", [{"cuda_graph_backend_prefill": "full"},
                                    {"cuda_graph_config": {"prefill": {"backend": "tc_piecewise"}}}])
-def test_prefill_graphs_follow_their_verification(monkeypatch, given):
+def test_only_verified_prefill_graph_backends_are_served(given):
     assert any("--cuda-graph-backend-prefill" in p for p in config.refusals(user_args(**given)))
-    assert config.refusals(user_args(cuda_graph_backend_prefill="disabled")) == []
-    monkeypatch.setattr(config, "PREFILL_GRAPH_VERIFIED", True)
-    assert config.refusals(user_args(**given)) == []
-    assert "disable_prefill_cuda_graph" not in config.defaults(user_args())
+    for backend in sorted(config.PREFILL_GRAPH_BACKENDS):
+        assert config.refusals(user_args(cuda_graph_backend_prefill=backend)) == []
 
 
 def test_defaults_take_n_and_seed_from_the_user():
@@ -131,9 +129,16 @@ def test_violations_catch_a_resolution_that_breaks_the_contract(make_args):
     assert "radix cache" in text
     assert "prefill_max_requests" in text
     assert "attention resolved" in text
-    assert "prefill CUDA graph resolved to backend" in text
+    assert "prefill CUDA graph" not in text  # SGLang's default prefill graph is a verified backend
     with pytest.raises(config.CorunConfigError):
         config.resolve(resolved, resolved.get_attention_backends())
+
+
+def test_violations_catch_an_unverified_prefill_graph(make_args):
+    resolved = make_args(random_seed=1, cuda_graph_backend_prefill="full")
+    assert resolved.cuda_graph_config.prefill.backend == "full"
+    found = config.violations(resolved, resolved.get_attention_backends())
+    assert any("prefill CUDA graph resolved to backend 'full'" in p for p in found)
 
 
 def test_summary_is_one_line():

@@ -43,9 +43,12 @@ def test_cli_flag_resolves_the_corun_configuration(parse):
     assert args.random_seed == config.DEFAULT_RANDOM_SEED
 
 
-def test_prefill_runs_eagerly_under_corun_only(parse):
-    assert parse("--corun").cuda_graph_config.prefill.backend == "disabled"
-    assert parse().cuda_graph_config.prefill.backend != "disabled"  # SGLang's default (a graph), untouched
+def test_prefill_graphs_are_sglangs_default_or_eager(parse):
+    assert parse("--corun").cuda_graph_config.prefill.backend == "breakable"
+    assert parse().cuda_graph_config.prefill.backend == "breakable"
+    assert parse("--corun", "--disable-prefill-cuda-graph").cuda_graph_config.prefill.backend == "disabled"
+    with pytest.raises(config.CorunConfigError, match="--cuda-graph-backend-prefill"):
+        parse("--corun", "--cuda-graph-backend-prefill", "full")
 
 
 def test_n_is_max_running_requests(parse):
