@@ -1,6 +1,8 @@
 """Aggregate benchmark slices (JSON lines from ``bench/run.py``) into ratios, plots and a markdown report.
 
-Per (shape, workload, concurrency, arm): the median over repetitions of
+Rows are grouped by study (``bench/run.py --study``, the slice that made
+them: arms are compared only within one study, which ran them interleaved on
+one GPU). Per study and (shape, workload, concurrency, arm): the median over repetitions of
 output throughput, median TPOT and median TTFT, with the min-max spread.
 Ratios compare medians (CoRun/BI, CoRun/STD, BI/STD). The time-weighted
 aggregate throughput of an arm over a set of workloads is the total generated
@@ -36,10 +38,24 @@ import serverlog  # noqa: E402
 
 ARMS = ("STD", "BI", "CoRun")
 ABLATION_ARMS = ("SplitKV-off", "SplitKV-off+IsoPrefill")
+#: Every arm, in the order tables and plots show them.
+ORDER = ("STD", "BI", *ABLATION_ARMS, "CoRun")
 
 
 def load(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def studies(rows: list[dict]) -> dict[str, list[dict]]:
+    """Rows by study, in order of first appearance (rows written without a study form study "")."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r.get("study", ""), []).append(r)
+    return out
+
+
+def _prefix(study: str) -> str:
+    return f"{study}-" if study else ""
 
 
 def cells(rows: list[dict]) -> dict[tuple, dict]:
@@ -119,7 +135,7 @@ def steps_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
     lines = ["| workload | arm | " + " | ".join(f"{_load_label(*b)} running: s/run (ms/step)" for b in LOADS)
              + " | run s | outside logged decode steps s | CoRun at STD step cost: s saved |",
              "| --- | --- | " + " | ".join("---:" for _ in LOADS) + " | ---: | ---: | ---: |"]
-    for (w, arm) in sorted(groups, key=lambda k: (k[0], ARMS.index(k[1]) if k[1] in ARMS else 9)):
+    for (w, arm) in sorted(groups, key=lambda k: (k[0], ORDER.index(k[1]) if k[1] in ORDER else len(ORDER))):
         rs = groups[(w, arm)]
         pooled = [s for r in rs for s in r["decode_steps"]]
         cols, secs, ms = [], {}, {}
@@ -139,17 +155,18 @@ def steps_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
     return lines
 
 
-def plot(c: dict, shape: str, concurrency: int, path: Path) -> None:
+def plot(c: dict, shape: str, concurrency: int, path: Path, study: str = "") -> None:
     plt = _pyplot()
     names = sorted({k[1] for k in c if k[0] == shape and k[2] == concurrency})
     fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 3.5))
-    width = 0.8 / len(ARMS)
-    for j, arm in enumerate(ARMS):
+    arms = [a for a in ORDER if any(k[0] == shape and k[2] == concurrency and k[3] == a for k in c)]
+    width = 0.8 / len(arms)
+    for j, arm in enumerate(arms):
         vals = [c.get((shape, w, concurrency, arm), {}).get("output_throughput", 0) for w in names]
         ax.bar([i + j * width for i in range(len(names))], vals, width, label=arm)
-    ax.set_xticks([i + width for i in range(len(names))], names, rotation=20, ha="right")
+    ax.set_xticks([i + width * (len(arms) - 1) / 2 for i in range(len(names))], names, rotation=20, ha="right")
     ax.set_ylabel("output tokens/s (median)")
-    _save(plt, fig, ax, f"{shape}, concurrency {concurrency}", path)
+    _save(plt, fig, ax, f"{study + ': ' if study else ''}{shape}, concurrency {concurrency}", path)
 
 
 def _pyplot():
@@ -194,7 +211,7 @@ def plot_sweep(c: dict, shape: str, workload: str, path: Path) -> bool:
         return False
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    for arm in ARMS + ABLATION_ARMS:
+    for arm in ORDER:
         pts = [(n, c[(shape, workload, n, arm)]["output_throughput"]) for n in levels
                if (shape, workload, n, arm) in c]
         if pts:
@@ -205,6 +222,23 @@ def plot_sweep(c: dict, shape: str, workload: str, path: Path) -> bool:
     ax.set_ylabel("output tok/s (median)")
     _save(plt, fig, ax, f"{shape}, {workload}", path)
     return True
+
+
+def plot_padding(rows: list[dict], path: Path) -> None:
+    """One request's TPOT against the decode graph size N, STD's as a reference line, per shape."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for shape in sorted({r["shape"] for r in rows}):
+        pts = sorted((r["n"], r["median_tpot_ms"]) for r in rows if r["shape"] == shape and r["arm"] == "CoRun")
+        line = ax.plot([n for n, _ in pts], [t for _, t in pts], marker="o", label=f"CoRun, {shape}")
+        for r in rows:
+            if r["shape"] == shape and r["arm"] == "STD":
+                ax.axhline(r["median_tpot_ms"], linestyle="--", color=line[0].get_color(), label=f"STD, {shape}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("N (decode graph slots), one request running")
+    ax.set_ylabel("TPOT ms (median)")
+    ax.set_ylim(bottom=0)
+    _save(plt, fig, ax, "padding worst case", path)
 
 
 def padding_table(rows: list[dict]) -> list[str]:
@@ -241,20 +275,22 @@ def is_moe(shape: str) -> bool:
     return "moe" in shape or "a3b" in shape
 
 
-def targets_table(rows: list[dict], c: dict) -> list[str]:
-    """Markdown: every target against every cell it applies to, the ratio as median (min-max) of paired reps."""
-    lines = ["| target | shape | workload | concurrency | ratio, median (min-max) | met |",
-             "| --- | --- | --- | ---: | --- | --- |"]
+def targets_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
+    """Markdown: every target against every cell it applies to, in every study (``{study: (rows, cells)}``),
+    the ratio as median (min-max) of paired reps."""
+    lines = ["| target | study | shape | workload | concurrency | ratio, median (min-max) | met |",
+             "| --- | --- | --- | --- | ---: | --- | --- |"]
     for name, num, den, field, threshold, applies in TARGETS:
-        for key in sorted({k[:3] for k in c}):
-            if (*key, num) not in c or (*key, den) not in c or not applies(key[0], key[2], c, key):
-                continue
-            values = paired_ratios(rows, key, num, den, field)
-            if not values:
-                continue
-            mid = statistics.median(values)
-            lines.append(f"| {name} | {key[0]} | {key[1]} | {key[2]} | {mid:.2f} ({min(values):.2f}-"
-                         f"{max(values):.2f}) | {'yes' if mid >= threshold else '**no**'} |")
+        for study, (rows, c) in groups.items():
+            for key in sorted({k[:3] for k in c}):
+                if (*key, num) not in c or (*key, den) not in c or not applies(key[0], key[2], c, key):
+                    continue
+                values = paired_ratios(rows, key, num, den, field)
+                if not values:
+                    continue
+                mid = statistics.median(values)
+                lines.append(f"| {name} | {study or '-'} | {key[0]} | {key[1]} | {key[2]} | {mid:.2f} "
+                             f"({min(values):.2f}-{max(values):.2f}) | {'yes' if mid >= threshold else '**no**'} |")
     return lines if len(lines) > 2 else []
 
 
@@ -272,18 +308,65 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def render(rows: list[dict], c: dict, plots: dict[tuple, str], header: str,
+def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], header: str,
            padding: list[dict] | None = None, sampler: list[dict] | None = None, notes: str = "") -> str:
+    """The report; ``groups`` is ``{study: (rows, cells)}``, ``plots`` is keyed by (study, ...)."""
     lines = ["# Benchmarks: STD vs BI vs CoRun", "", header, ""]
-    goals = targets_table(rows, c)
+    goals = targets_table(groups)
     if goals:
         lines += ["## Targets", "", *goals, ""]
     if notes:
         lines += [notes.strip(), ""]
+    for study, (rows, c) in groups.items():
+        lines += _study_sections(study, rows, c, plots)
+    decode = [(study, k) for study, (_, c) in groups.items()
+              for k in sorted({k[:3] for k, v in c.items() if v["decode_phase_throughput"]})]
+    if decode:
+        lines += ["## Decode phase (output tok/s while the first wave decodes; medians, min-max)", "",
+                  "| study | shape | workload | concurrency | STD | BI | CoRun | CoRun/STD | CoRun/BI |",
+                  "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for study, key in decode:
+            c = groups[study][1]
+            v = {arm: (c.get((*key, arm)) or {}).get("decode_phase_throughput") for arm in ARMS}
+            spread = {arm: (c.get((*key, arm)) or {}).get("decode_spread") for arm in ARMS}
+            cols = ["-" if v[a] is None else f"{v[a]:.0f} ({spread[a][0]:.0f}-{spread[a][1]:.0f})" for a in ARMS]
+            rel = [_fmt(v["CoRun"] / v[d] if v["CoRun"] and v[d] else None) for d in ("STD", "BI")]
+            lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cols + rel) + " |")
+        lines.append("")
+    extra = sorted((k, name) for k, name in plots.items() if len(k) > 3)
+    if extra:
+        lines += ["## Over time and across concurrency", ""]
+        lines += [f"![{name}]({name})" for _, name in extra]
+        lines.append("")
+    if padding:
+        lines += ["## Padding worst case (one request, decode graph of N slots)", ""]
+        if ("padding",) in plots:
+            lines += [f"![padding]({plots[('padding',)]})", ""]
+        lines += padding_table(padding) + [""]
+    if sampler:
+        lines += ["## Sampler (one decode step; medians of CUDA-event timings)", ""]
+        lines += sampler_table(sampler) + [""]
+    ablation = [(study, key) for study, (_, c) in groups.items()
+                for key in sorted({k[:3] for k in c if k[3] in ABLATION_ARMS})]
+    if ablation:
+        lines += ["## Ablations (output throughput relative to STD, medians)", "",
+                  "| study | shape | workload | concurrency | " + " | ".join(ABLATION_ARMS + ("CoRun",)) + " |",
+                  "| --- | --- | --- | ---: | " + " | ".join("---:" for _ in ABLATION_ARMS + ("CoRun",)) + " |"]
+        for study, key in ablation:
+            vals = [_fmt(ratio(groups[study][1], key, arm, "STD")) for arm in ABLATION_ARMS + ("CoRun",)]
+            lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | " + " | ".join(vals) + " |")
+        lines.append("")
+    lines.append("Throughput cells: median (min-max) over repetitions.")
+    return "\n".join(lines) + "\n"
+
+
+def _study_sections(study: str, rows: list[dict], c: dict, plots: dict[tuple, str]) -> list[str]:
+    """Markdown: one section per (shape, concurrency) of one study."""
+    lines = []
     for shape, concurrency in sorted({(k[0], k[2]) for k in c}):
-        lines += [f"## {shape}, concurrency {concurrency}", ""]
-        if (shape, concurrency) in plots:
-            lines += [f"![throughput]({plots[(shape, concurrency)]})", ""]
+        lines += [f"## {study + ': ' if study else ''}{shape}, concurrency {concurrency}", ""]
+        if (study, shape, concurrency) in plots:
+            lines += [f"![throughput]({plots[(study, shape, concurrency)]})", ""]
         lines += ["| workload | STD tok/s | BI tok/s | CoRun tok/s | CoRun/BI | CoRun/STD | BI/STD | "
                   "TPOT ms STD / BI / CoRun | reps |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
@@ -300,47 +383,14 @@ def render(rows: list[dict], c: dict, plots: dict[tuple, str], header: str,
         agg, covered = aggregate(rows, shape, concurrency)
         if agg:
             lines += ["", f"Time-weighted aggregate throughput over {', '.join(covered)} (tok/s): "
-                      + ", ".join(f"{arm} {agg[arm]:.0f}" for arm in ARMS if arm in agg)]
+                      + ", ".join(f"{arm} {agg[arm]:.0f}" for arm in ORDER if arm in agg)]
             if "CoRun" in agg and "BI" in agg and "STD" in agg:
                 lines.append(f"CoRun/BI {agg['CoRun'] / agg['BI']:.2f}, CoRun/STD {agg['CoRun'] / agg['STD']:.2f}")
         steps = steps_table(rows, shape, concurrency)
         if steps:
             lines += ["", "Decode steps by load, from the servers' logs (medians over repetitions):", "", *steps]
         lines.append("")
-    decode = sorted({k[:3] for k, v in c.items() if v["decode_phase_throughput"]})
-    if decode:
-        lines += ["## Decode phase (output tok/s while the first wave decodes; medians, min-max)", "",
-                  "| shape | workload | concurrency | STD | BI | CoRun | CoRun/STD | CoRun/BI |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-        for key in decode:
-            v = {arm: (c.get((*key, arm)) or {}).get("decode_phase_throughput") for arm in ARMS}
-            spread = {arm: (c.get((*key, arm)) or {}).get("decode_spread") for arm in ARMS}
-            cols = ["-" if v[a] is None else f"{v[a]:.0f} ({spread[a][0]:.0f}-{spread[a][1]:.0f})" for a in ARMS]
-            rel = [_fmt(v["CoRun"] / v[d] if v["CoRun"] and v[d] else None) for d in ("STD", "BI")]
-            lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cols + rel) + " |")
-        lines.append("")
-    extra = sorted((k, name) for k, name in plots.items() if len(k) > 2)
-    if extra:
-        lines += ["## Over time and across concurrency", ""]
-        lines += [f"![{name}]({name})" for _, name in extra]
-        lines.append("")
-    if padding:
-        lines += ["## Padding worst case (one request, decode graph of N slots)", ""]
-        lines += padding_table(padding) + [""]
-    if sampler:
-        lines += ["## Sampler (one decode step; medians of CUDA-event timings)", ""]
-        lines += sampler_table(sampler) + [""]
-    ablation = sorted({k for k in c if k[3] in ABLATION_ARMS})
-    if ablation:
-        lines += ["## Ablations (output throughput relative to STD, medians)", "",
-                  "| shape | workload | concurrency | " + " | ".join(ABLATION_ARMS + ("CoRun",)) + " |",
-                  "| --- | --- | ---: | " + " | ".join("---:" for _ in ABLATION_ARMS + ("CoRun",)) + " |"]
-        for key in sorted({k[:3] for k in ablation}):
-            vals = [_fmt(ratio(c, key, arm, "STD")) for arm in ABLATION_ARMS + ("CoRun",)]
-            lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(vals) + " |")
-        lines.append("")
-    lines.append("Throughput cells: median (min-max) over repetitions.")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv=None) -> int:
@@ -353,8 +403,7 @@ def main(argv=None) -> int:
     parser.add_argument("--plots", help="folder for the PNGs (default: the report's folder)")
     parser.add_argument("--notes", help="markdown file placed under the targets table (explanations of misses)")
     args = parser.parse_args(argv)
-    rows = load(Path(args.runs))
-    c = cells(rows)
+    groups = {study: (rows, cells(rows)) for study, rows in studies(load(Path(args.runs))).items()}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     folder = Path(args.plots) if args.plots else out.parent
@@ -366,20 +415,25 @@ def main(argv=None) -> int:
         if made is not False:
             plots[key] = (link / name).as_posix()
 
-    for shape, concurrency in sorted({(k[0], k[2]) for k in c}):
-        name = f"bench-{shape}-c{concurrency}.png"
-        place((shape, concurrency), name, plot(c, shape, concurrency, folder / name))
-    for shape, workload, concurrency in sorted({k[:3] for k in c}):
-        name = f"timeline-{shape}-{workload}-c{concurrency}.png"
-        place((shape, workload, concurrency, "timeline"), name,
-              plot_timeline(rows, shape, workload, concurrency, folder / name))
-    for shape, workload in sorted({k[:2] for k in c}):
-        name = f"sweep-{shape}-{workload}.png"
-        place((shape, workload, 0, "sweep"), name, plot_sweep(c, shape, workload, folder / name))
+    for study, (rows, c) in groups.items():
+        pre = _prefix(study)
+        for shape, concurrency in sorted({(k[0], k[2]) for k in c}):
+            name = f"bench-{pre}{shape}-c{concurrency}.png"
+            place((study, shape, concurrency), name, plot(c, shape, concurrency, folder / name, study))
+        for shape, workload, concurrency in sorted({k[:3] for k in c}):
+            name = f"timeline-{pre}{shape}-{workload}-c{concurrency}.png"
+            place((study, shape, workload, concurrency, "timeline"), name,
+                  plot_timeline(rows, shape, workload, concurrency, folder / name))
+        for shape, workload in sorted({k[:2] for k in c}):
+            name = f"sweep-{pre}{shape}-{workload}.png"
+            place((study, shape, workload, 0, "sweep"), name, plot_sweep(c, shape, workload, folder / name))
     padding = load(Path(args.padding)) if args.padding else None
+    if padding:
+        plot_padding(padding, folder / "padding.png")
+        plots[("padding",)] = (link / "padding.png").as_posix()
     sampler = [json.loads(Path(p).read_text()) for p in args.sampler]
     notes = Path(args.notes).read_text() if args.notes else ""
-    out.write_text(render(rows, c, plots, args.header, padding, sampler, notes))
+    out.write_text(render(groups, plots, args.header, padding, sampler, notes))
     print(out.read_text())
     return 0
 

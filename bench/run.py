@@ -1,14 +1,15 @@
 """Serving benchmark slices: STD vs BI vs CoRun, interleaved on one GPU, appended to a JSON-lines file.
 
 A slice is one checkpoint shape, a set of workloads and concurrencies, and
-``--reps`` repetitions. All arms' servers run side by side (only one is loaded
+``--reps`` repetitions; its rows carry ``--study`` (the report compares arms
+only within one study). All arms' servers run side by side (only one is loaded
 at a time), each with ``--static-gb`` of static memory (weights + KV pool,
 turned into ``--mem-fraction-static`` from the memory free at its start) and,
 with ``--max-total-tokens``, the same KV pool; every repetition visits the
 arms in a rotated order, so drift on the host hits all arms alike. A model
 too large for side by side takes ``--one-at-a-time``: each arm's server is
 started when its turn comes and stopped before the next arm's starts. Rows
-already in ``--out`` (same shape, workload, concurrency, arm, rep) are
+already in ``--out`` (same study, shape, workload, concurrency, arm, rep) are
 skipped: a slice cut short resumes where it stopped.
 
     python bench/run.py --shape qwen3-8b --workloads sharegpt,fixed-1024-128 --reps 3 \\
@@ -50,7 +51,7 @@ def done_keys(out: Path) -> set[tuple]:
     for line in out.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
-            keys.add((r["shape"], r["workload"], r["concurrency"], r["arm"], r["rep"]))
+            keys.add((r.get("study", ""), r["shape"], r["workload"], r["concurrency"], r["arm"], r["rep"]))
     return keys
 
 
@@ -63,6 +64,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_options(parser, out="docs/results/bench/runs.jsonl",
                        server_args="--attention-backend flashinfer --incremental-streaming-output")
+    parser.add_argument("--study", default="", help="the study these rows belong to (bench/slices.sh: the slice)")
     parser.add_argument("--workloads", default="sharegpt")
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--concurrency", default="256", help="comma-separated")
@@ -90,7 +92,7 @@ def main(argv=None) -> int:
     todo = [
         (w, c, rep, arm)
         for w in names for c in concurrencies for rep, arm in schedule(arms, args.reps)
-        if (label, w, c, arm, rep) not in done
+        if (args.study, label, w, c, arm, rep) not in done
     ]
     if args.one_at_a_time:  # arm-major within each repetition: a server start only when the arm changes
         order = {step: i for i, step in enumerate(schedule(arms, args.reps))}
@@ -133,7 +135,7 @@ def main(argv=None) -> int:
                 log.seek(log_start)
                 steps = serverlog.decode_steps(log.read())
             row = {
-                "shape": label, "tp": args.tp_size, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
+                "study": args.study, "shape": label, "tp": args.tp_size, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
                 "requests": len(bodies), "time": time.time(), "host": socket.gethostname(),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "server_command": server.command, **client.summarize(records, duration, wave=c),

@@ -13,20 +13,21 @@
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
 #   sampler         the sampler microbenchmark, plain and filtered (top-p 0.9, top-k 50)
 # SLICE=W1,W2 runs only those workloads of a run.py slice (to split one slice over two GPUs).
-# With two GPUs, run two invocations at once, each with its own CUDA_VISIBLE_DEVICES and RESULTS
-# (compare arms only within one invocation's rows: the report groups by shape, workload and
-# concurrency, and every slice runs all its arms interleaved on one GPU).
+# With two GPUs, run two invocations at once, each with its own CUDA_VISIBLE_DEVICES and RESULTS.
+# Every slice runs all its arms interleaved on one GPU and tags its rows with its name (run.py
+# --study): the report compares arms only within one study.
 set -uo pipefail
 [ $# -ge 2 ] || { sed -n 3p "$0"; exit 2; }
 cd "$(dirname "$0")/.."
 results="$(realpath -m "$1")"; shift
 mkdir -p "$results/logs"
-run=(python3 bench/run.py --out "$results/runs.jsonl" --logs "$results/logs")
+base=(python3 bench/run.py --out "$results/runs.jsonl" --logs "$results/logs")
 status=0
 for spec in "$@"; do
     slice="${spec%%=*}"
     only() { [ "$spec" = "$slice" ] && echo "$1" || echo "${spec#*=}"; }  # the slice's workloads, or SLICE=...
     echo "== $spec $(date +%T)"
+    run=("${base[@]}" --study "$slice")  # a slice's rows form one study of the report
     case "$slice" in
         dense-core) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 \
             --workloads "$(only sharegpt,azure-conv,fixed-1024-128,fixed-64-448)" ;;

@@ -100,8 +100,9 @@ def test_schedule_rotates_arms_and_resume_skips_done_rows(tmp_path):
     assert order[:3] == [(0, "STD"), (0, "BI"), (0, "CoRun")]
     assert order[3:6] == [(1, "BI"), (1, "CoRun"), (1, "STD")]
     out = tmp_path / "runs.jsonl"
-    out.write_text(json.dumps({"shape": "s", "workload": "w", "concurrency": 8, "arm": "BI", "rep": 1}) + "\n")
-    assert run.done_keys(out) == {("s", "w", 8, "BI", 1)}
+    row = {"shape": "s", "workload": "w", "concurrency": 8, "arm": "BI", "rep": 1}
+    out.write_text(json.dumps(row) + "\n" + json.dumps({**row, "study": "x"}) + "\n")
+    assert run.done_keys(out) == {("", "s", "w", 8, "BI", 1), ("x", "s", "w", 8, "BI", 1)}
 
 
 def _row(arm, rep, workload, tput, tokens=1000):
@@ -166,9 +167,9 @@ def test_report_checks_targets_on_paired_repetitions_and_tables_the_sampler(tmp_
     assert report.main([str(runs), "--out", str(out), "--sampler", str(sampler)]) == 0
     text = out.read_text()
     # paired ratios 900/500, 700/520, 950/480 -> median 1.80; 0.90, 0.64, 0.95 -> median 0.90
-    assert "| CoRun >= 1.3x BI where BI is slower than STD | qwen3-8b | sharegpt | 256 | 1.80 (1.35-1.98) | yes |" in text
-    assert "| CoRun >= 0.8x STD at concurrency 256, dense | qwen3-8b | sharegpt | 256 | 0.90 (0.64-0.95) | yes |" in text
-    assert "| decode phase: CoRun >= 0.9x STD | qwen3-8b | fixed-64-448 | 256 | 0.95 (0.95-0.95) | yes |" in text
+    assert "| CoRun >= 1.3x BI where BI is slower than STD | - | qwen3-8b | sharegpt | 256 | 1.80 (1.35-1.98) | yes |" in text
+    assert "| CoRun >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.90 (0.64-0.95) | yes |" in text
+    assert "| decode phase: CoRun >= 0.9x STD | - | qwen3-8b | fixed-64-448 | 256 | 0.95 (0.95-0.95) | yes |" in text
     assert "BI where BI is slower than STD | qwen3-8b | fixed-64-448" not in text  # no BI arm there
     assert "| 256 x 151936 | 0.9 | 50 | corun | 0.500 | 0.50 |" in text
     assert report.paired_ratios(rows, ("qwen3-8b", "sharegpt", 256), "STD", "CoRun")[1] == pytest.approx(1100 / 700)
@@ -181,7 +182,26 @@ def test_report_lists_ablations_relative_to_std(tmp_path):
     runs.write_text("\n".join(json.dumps(r) for r in rows))
     out = tmp_path / "benchmarks.md"
     report.main([str(runs), "--out", str(out)])
-    assert "| qwen3-8b | sharegpt | 256 | 0.95 | 0.92 | 0.90 |" in out.read_text()
+    assert "| - | qwen3-8b | sharegpt | 256 | 0.95 | 0.92 | 0.90 |" in out.read_text()
+
+
+def test_report_compares_arms_only_within_a_study(tmp_path):
+    rows = [{**_row(arm, rep, "sharegpt", t), "study": "core"}
+            for rep in range(3) for arm, t in (("STD", 1000), ("BI", 400), ("CoRun", 800))]
+    rows += [{**_row(arm, rep, "sharegpt", t), "study": "ablation"}  # another GPU: slower for every arm
+             for rep in range(3) for arm, t in (("STD", 500), ("SplitKV-off", 450), ("CoRun", 300))]
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "benchmarks.md"
+    assert report.main([str(runs), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## core: qwen3-8b, concurrency 256" in text and "## ablation: qwen3-8b, concurrency 256" in text
+    assert "| sharegpt | 1000 (1000-1000) | 400 (400-400) | 800 (800-800) | 2.00 | 0.80 | 0.40 |" in text
+    assert "| sharegpt | 500 (500-500) | - | 300 (300-300) | - | 0.60 | - |" in text
+    assert "| CoRun >= 0.8x STD at concurrency 256, dense | ablation | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | **no** |" in text
+    assert "| ablation | qwen3-8b | sharegpt | 256 | 0.90 | - | 0.60 |" in text
+    for png in ("bench-core-qwen3-8b-c256.png", "bench-ablation-qwen3-8b-c256.png"):
+        assert (tmp_path / png).stat().st_size > 1000
 
 
 def test_common_options_and_prepare_reuse_an_existing_checkpoint(tmp_path):
@@ -233,7 +253,8 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     out = tmp_path / "runs.jsonl"
     argv = ["--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--logs", str(tmp_path / "logs"),
             "--workloads", "fixed-1024-128", "--requests", "2", "--concurrency", "2", "--reps", "2",
-            "--arms", "STD,CoRun", "--max-total-tokens", "5000"] + (["--one-at-a-time"] if one_at_a_time else [])
+            "--arms", "STD,CoRun", "--max-total-tokens", "5000", "--study", "s1"]
+    argv += ["--one-at-a-time"] if one_at_a_time else []
     monkeypatch.setattr(workloads, "lengths", lambda name, n: [(8, 3)] * n)
     assert run.main(argv) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -246,6 +267,9 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     assert _StandIn.started == (["other", "--corun", "other"] if one_at_a_time else ["other", "--corun"])
     assert not _StandIn.alive
     assert run.main(argv) == 0 and len(out.read_text().splitlines()) == 4  # resumed: nothing left to do
+    assert {r["study"] for r in rows} == {"s1"}
+    # the same runs in another study are not done yet
+    assert run.main(["s2" if a == "s1" else a for a in argv]) == 0 and len(out.read_text().splitlines()) == 8
 
 
 def test_rows_at_tp_2_are_labelled_apart_from_tp_1(tmp_path, monkeypatch):
@@ -315,6 +339,7 @@ def test_report_decode_phase_timelines_sweep_and_padding(tmp_path):
     text = out.read_text()
     assert "| qwen3-8b | fixed-64-448 | 256 | 4001 (4000-4002) | 2001 (2000-2002) | 3801 (3800-3802) | 0.95 | 1.90 |" in text
     assert "| qwen3-8b | 1 | 5.00 | 5.00 | 1.00 |" in text and "| qwen3-8b | 256 | 7.50 | 5.00 | 1.50 |" in text
+    assert "![padding](padding.png)" in text and (tmp_path / "padding.png").stat().st_size > 1000
     for png in ("timeline-qwen3-8b-fixed-64-448-c256.png", "sweep-qwen3-8b-fixed-64-448.png"):
         assert f"]({png})" in text and (tmp_path / png).stat().st_size > 1000
 
@@ -348,4 +373,5 @@ def test_slices_script_runs_only_the_named_workloads_of_a_split_slice(tmp_path):
     runs = [line for line in done.stdout.splitlines() if line.startswith("bench/run.py")]
     assert done.returncode == 0 and len(runs) == 2
     assert runs[0].endswith("--workloads sharegpt")
+    assert all("--study dense-core " in line for line in runs)
     assert runs[1].endswith("--workloads sharegpt,azure-conv,fixed-1024-128,fixed-64-448")
