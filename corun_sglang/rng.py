@@ -138,14 +138,17 @@ def floors(
         return out
     ks = top_ks.to(torch.int64).clamp(min=1, max=vocab)
     k_rows = (ks > 1) & (ks < vocab)  # greedy rows (k = 1) take the arg-max without a floor
-    if need_top_k and bool(k_rows.any()):
+    if not need_top_k:
+        k_rows = torch.zeros_like(k_rows)
+    top = idx = None
+    if bool(k_rows.any()):
         kmax = int(ks[k_rows].max())
-        top = torch.topk(scaled, kmax, dim=-1, sorted=True).values
+        top, idx = torch.topk(scaled, kmax, dim=-1, sorted=True)
         kth = top.gather(1, (ks.clamp(max=kmax) - 1).view(-1, 1)).squeeze(1)
         out = torch.where(k_rows, torch.maximum(out, kth), out)
     ps = top_ps.to(torch.float32)
     if need_top_p and bool((ps < 1.0).any()):
-        out = torch.where(ps < 1.0, torch.maximum(out, _top_p_floor(scaled, ps)), out)
+        out = torch.where(ps < 1.0, torch.maximum(out, _top_p_floor(scaled, ps, ks, k_rows, top, idx)), out)
     mp = min_ps.to(torch.float32)
     if need_min_p and bool((mp > 0).any()):
         top1 = scaled.amax(dim=-1)
@@ -154,39 +157,93 @@ def floors(
     return out
 
 
-#: Candidates examined first for top-p; rows whose nucleus is wider fall back to a full sort.
+#: Candidates examined first for top-p in rows without top-k; rows whose nucleus is wider fall
+#: back to a full sort.
 TOP_P_WINDOW = 1024
+
+#: Elements one step of the nucleus scan adds up (a fixed tree per block, blocks in order).
+_SCAN_BLOCK = 1024
+
+
+@triton.jit
+def _nucleus_kernel(probs_ptr, stride_row, ps_ptr, out_ptr, W, BLOCK: tl.constexpr):
+    """Row ``r``: how many of its descending ``probs`` have exclusive prefix sum <= p (at least 1).
+
+    The prefix sums run block by block in order, each block by the same fixed tree, so a
+    column's sum depends on the columns before it and on BLOCK only: not on ``W`` (the
+    columns after it) nor on the other rows.
+    """
+    r = tl.program_id(0)
+    p = tl.load(ps_ptr + r)
+    carry = tl.full((), 0.0, tl.float32)
+    count = tl.full((), 0, tl.int32)
+    for start in tl.range(0, W, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        inside = offs < W
+        x = tl.load(probs_ptr + r * stride_row + offs, mask=inside, other=0.0)
+        inclusive = tl.cumsum(x, axis=0) + carry
+        exclusive = inclusive - x
+        count += tl.sum((inside & (exclusive <= p)).to(tl.int32), axis=0)
+        carry = tl.sum(tl.where(offs == start + BLOCK - 1, inclusive, 0.0), axis=0)  # the block's last
+    tl.store(out_ptr + r, tl.maximum(count, 1))
 
 
 def _nucleus(probs_sorted: torch.Tensor, ps: torch.Tensor) -> torch.Tensor:
-    """How many of the descending ``probs_sorted`` the top-p nucleus keeps (at least 1)."""
-    exclusive = torch.cumsum(probs_sorted, dim=-1) - probs_sorted
-    return (exclusive <= ps.view(-1, 1)).sum(dim=-1).clamp(min=1)
+    """How many of each row's descending ``probs_sorted`` the top-p nucleus keeps (at least 1), int64.
+
+    Not ``torch.cumsum``: PyTorch sizes its scan's blocks by the number of rows, so a row's
+    prefix sums (and hence its nucleus at a boundary) would follow the batch.
+    """
+    rows, width = probs_sorted.shape
+    out = torch.empty(rows, dtype=torch.int32, device=probs_sorted.device)
+    if rows:
+        probs_sorted = probs_sorted.to(torch.float32).contiguous()
+        _nucleus_kernel[(rows,)](
+            probs_sorted, probs_sorted.stride(0), ps.to(torch.float32).contiguous(), out, width,
+            BLOCK=_SCAN_BLOCK, num_warps=4,
+        )
+    return out.to(torch.int64)
 
 
-def _top_p_floor(scaled: torch.Tensor, ps: torch.Tensor) -> torch.Tensor:
-    """Per row, the scaled logit of the last token in the top-p nucleus.
+def _top_p_floor(
+    scaled: torch.Tensor, ps: torch.Tensor, ks: torch.Tensor, k_rows: torch.Tensor,
+    top: torch.Tensor | None, idx: torch.Tensor | None,
+) -> torch.Tensor:
+    """Per row, the scaled logit of the last token in the top-p nucleus (-inf for p >= 1).
 
     Probabilities come from ``torch.softmax`` (one block per row, so a row's
-    values do not depend on the other rows); candidates from exact top-k
-    selection. The nucleus is looked for among the ``TOP_P_WINDOW`` most
-    likely tokens; a row whose window holds less than its ``p`` is redone
-    with a full sort. Which path a row takes depends on that row alone.
+    values do not depend on the other rows). Candidates are ranked by their
+    scaled logits (exact top-k selection or a stable sort, so the values in
+    rank order, and the floor taken from them, do not depend on how ties are
+    broken). A row with top-k looks for its nucleus among its top-k candidates
+    (``top``, ``idx``): a nucleus that ends beyond them is cut by top-k anyway.
+    Other rows look among their ``TOP_P_WINDOW`` best tokens and are redone with
+    a full sort when their window holds less than their ``p``. Which path a row
+    takes depends on that row alone.
     """
     rows, vocab = scaled.shape
+    floor = torch.full((rows,), -float("inf"), device=scaled.device, dtype=torch.float32)
+    nucleus_rows = ps < 1.0
     probs = torch.softmax(scaled, dim=-1)
+    if top is not None:
+        kept = torch.minimum(_nucleus(probs.gather(1, idx), ps), ks.clamp(max=top.shape[1]))
+        at_k = top.gather(1, (kept - 1).view(-1, 1)).squeeze(1)
+        floor = torch.where(k_rows & nucleus_rows, at_k, floor)
+    rest = (nucleus_rows & ~k_rows).nonzero().squeeze(1)
+    if rest.numel() == 0:
+        return floor
+    r_scaled, r_probs, r_ps = scaled[rest], probs[rest], ps[rest]
     window = min(vocab, TOP_P_WINDOW)
-    top, idx = torch.topk(probs, window, dim=-1, sorted=True)
-    kept = _nucleus(top, ps)
-    floor = scaled.gather(1, idx.gather(1, (kept - 1).view(-1, 1))).squeeze(1)
+    w_top, w_idx = torch.topk(r_scaled, window, dim=-1, sorted=True)
+    kept = _nucleus(r_probs.gather(1, w_idx), r_ps)
+    r_floor = w_top.gather(1, (kept - 1).view(-1, 1)).squeeze(1)
     if window < vocab:
-        wider = (kept == window) & (ps < 1.0)
-        if bool(wider.any()):
-            rows_w = wider.nonzero().squeeze(1)
-            full, fidx = torch.sort(probs[rows_w], dim=-1, descending=True, stable=True)
-            fkept = _nucleus(full, ps[rows_w])
-            fpos = fidx.gather(1, (fkept - 1).view(-1, 1))
-            floor[rows_w] = scaled[rows_w].gather(1, fpos).squeeze(1)
+        wider = (kept == window).nonzero().squeeze(1)
+        if wider.numel():
+            f_top, f_idx = torch.sort(r_scaled[wider], dim=-1, descending=True, stable=True)
+            f_kept = _nucleus(r_probs[wider].gather(1, f_idx), r_ps[wider])
+            r_floor[wider] = f_top.gather(1, (f_kept - 1).view(-1, 1)).squeeze(1)
+    floor[rest] = r_floor
     return floor
 
 

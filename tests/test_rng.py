@@ -170,3 +170,55 @@ def test_greedy_rows_get_no_floor():
     fl = rng.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
     assert fl[0] == -float("inf") and fl[2] == -float("inf")
     assert fl[1] == scaled[1].topk(5).values[-1]
+
+
+# ------------------------------------------------------------------ the top-p nucleus
+
+
+def _reference_floor(scaled_row, k, p):
+    """float64: the smallest scaled logit kept by top-k (k >= vocab: none) and top-p together."""
+    ordered = scaled_row.double().sort(descending=True).values
+    probs = torch.softmax(scaled_row.double(), -1).sort(descending=True).values
+    exclusive = probs.cumsum(0) - probs
+    kept = max(1, int((exclusive <= p).sum()))
+    return float(ordered[min(kept, k) - 1])
+
+
+def test_nucleus_counts_the_exclusive_prefix_within_p():
+    probs = torch.tensor([[0.5, 0.3, 0.1, 0.1], [0.9, 0.05, 0.05, 0.0], [0.25, 0.25, 0.25, 0.25]])
+    ps = torch.tensor([0.7, 0.5, 0.6])
+    assert rng._nucleus(probs, ps).tolist() == [2, 1, 3]  # 0, .5 | 0 | 0, .25, .5 kept
+
+
+def test_a_rows_nucleus_does_not_depend_on_its_width_or_the_other_rows():
+    g = torch.Generator().manual_seed(3)
+    probs = torch.softmax(torch.randn(6, 3000, generator=g) * 2, -1).sort(-1, descending=True).values
+    ps = torch.tensor([0.5, 0.9, 0.95, 0.99, 0.3, 0.999])
+    alone = [int(rng._nucleus(probs[i : i + 1], ps[i : i + 1])) for i in range(6)]
+    assert rng._nucleus(probs, ps).tolist() == alone
+    assert rng._nucleus(probs[[3, 1]], ps[[3, 1]]).tolist() == [alone[3], alone[1]]
+    # columns beyond every nucleus change nothing (the top-k path passes the batch's widest k)
+    assert rng._nucleus(probs[:, :2900], ps).tolist() == alone
+
+
+def test_top_k_and_top_p_together_keep_their_intersection():
+    batch = _batch(5, 4000, seed=7, temperature=1.0)
+    batch["top_ks"][:] = torch.tensor([20, 400, 3, ALL, 50], dtype=torch.int32)
+    batch["top_ps"][:] = torch.tensor([0.9, 0.3, 0.95, 0.5, 1.0])
+    scaled = batch["logits"] / batch["temperatures"]
+    fl = rng.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
+    for i, (k, p) in enumerate(zip(batch["top_ks"].tolist(), batch["top_ps"].tolist())):
+        assert fl[i].item() == pytest.approx(_reference_floor(scaled[i], min(k, 4000), p), abs=0), i
+
+
+def test_a_rows_floor_does_not_depend_on_the_other_rows_filters():
+    batch = _batch(4, 2000, seed=11, temperature=0.8)
+    batch["top_ks"][:] = torch.tensor([20, 300, ALL, 5], dtype=torch.int32)  # k-max 300 with row 1
+    batch["top_ps"][:] = torch.tensor([0.7, 0.9, 0.8, 1.0])
+    scaled = batch["logits"] / batch["temperatures"]
+    full = rng.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
+    for i in range(4):
+        one = _take(batch, torch.tensor([i]))
+        alone = rng.floors(scaled[i : i + 1], one["top_ks"], one["top_ps"], one["min_ps"])
+        assert torch.equal(alone, full[i : i + 1]), i
+    assert torch.equal(_sample(batch)[[0, 2]], _sample(_take(batch, torch.tensor([0, 2]))))

@@ -1,0 +1,22 @@
+"""``rng`` on a GPU: the top-p nucleus is row-local, where PyTorch's own scan is not."""
+
+import torch
+
+from corun_sglang import rng
+
+
+def test_nucleus_is_row_local_where_torch_cumsum_follows_the_batch():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    rows, width = 256, 1024
+    logits = torch.randn(rows, 151936, device="cuda", generator=g) * 3
+    top = torch.softmax(logits, -1).topk(width, dim=-1).values  # descending, as the sampler ranks them
+    alone = torch.cat([torch.cumsum(top[i : i + 1], -1) for i in range(rows)])
+    # negative control: PyTorch sizes its scan's blocks by the number of rows, so a row's prefix
+    # sums change with the batch around it
+    assert not torch.equal(torch.cumsum(top, -1), alone)
+    # p exactly on a row's exclusive prefix sum (as computed alone): the nucleus boundary itself
+    pos = torch.randint(1, width, (rows,), device="cuda", generator=g)
+    ps = (alone - top).gather(1, pos.view(-1, 1)).squeeze(1)
+    single = torch.cat([rng._nucleus(top[i : i + 1], ps[i : i + 1]) for i in range(rows)])
+    assert torch.equal(rng._nucleus(top, ps), single)
+    assert torch.equal(rng._nucleus(top.flip(0), ps.flip(0)), single.flip(0))
