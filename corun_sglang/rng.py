@@ -205,14 +205,36 @@ def _nucleus(probs_sorted: torch.Tensor, ps: torch.Tensor) -> torch.Tensor:
     return out.to(torch.int64)
 
 
+#: Row alignment (bytes) under which PyTorch's softmax kernels treat every row alike.
+_ROW_ALIGN = 16
+
+
+def softmax_rows(x: torch.Tensor, log: bool = False) -> torch.Tensor:
+    """float32 ``softmax`` (``log_softmax`` with ``log``) of each row of ``x`` [rows, vocab], row-local.
+
+    PyTorch computes a row in one block, but its vectorized loads start at the
+    row's alignment: with a row length that is not a multiple of 16 bytes, rows
+    at different slots would be added up in different orders. Such rows are
+    padded with -inf (adding exp(-inf) = 0 changes no sum) so that every row
+    starts aligned; the result has the input's shape.
+    """
+    x = x.to(torch.float32)
+    vocab = x.shape[-1]
+    pad = (-vocab) % (_ROW_ALIGN // x.element_size())
+    if pad:
+        x = torch.nn.functional.pad(x, (0, pad), value=-float("inf"))
+    out = torch.log_softmax(x, dim=-1) if log else torch.softmax(x, dim=-1)
+    return out[:, :vocab].contiguous() if pad else out
+
+
 def _top_p_floor(
     scaled: torch.Tensor, ps: torch.Tensor, ks: torch.Tensor, k_rows: torch.Tensor,
     top: torch.Tensor | None, idx: torch.Tensor | None,
 ) -> torch.Tensor:
     """Per row, the scaled logit of the last token in the top-p nucleus (-inf for p >= 1).
 
-    Probabilities come from ``torch.softmax`` (one block per row, so a row's
-    values do not depend on the other rows). Candidates are ranked by their
+    Probabilities come from ``softmax_rows`` (a row's values do not depend on
+    the other rows or its slot). Candidates are ranked by their
     scaled logits (exact top-k selection or a stable sort, so the values in
     rank order, and the floor taken from them, do not depend on how ties are
     broken). A row with top-k looks for its nucleus among its top-k candidates
@@ -224,7 +246,7 @@ def _top_p_floor(
     rows, vocab = scaled.shape
     floor = torch.full((rows,), -float("inf"), device=scaled.device, dtype=torch.float32)
     nucleus_rows = ps < 1.0
-    probs = torch.softmax(scaled, dim=-1)
+    probs = softmax_rows(scaled)
     if top is not None:
         kept = torch.minimum(_nucleus(probs.gather(1, idx), ps), ks.clamp(max=top.shape[1]))
         at_k = top.gather(1, (kept - 1).view(-1, 1)).squeeze(1)

@@ -7,7 +7,8 @@ Registered with SGLang's ``register_sampler_backend`` and selected by
   batch-wide choice of sampling path: greedy, plain and filtered rows all go
   through the same kernel);
 - returned logprobs are ``log_softmax(logits / T)`` (T = 1 for greedy rows),
-  computed the same way whatever the batch holds.
+  computed the same way whatever the batch holds and whichever slot the row
+  takes (``rng.softmax_rows``).
 """
 
 from __future__ import annotations
@@ -52,18 +53,14 @@ class CorunSampler(Sampler):
         if return_logprob or needs_mask:
             scaled = logits.float() / sampling_info.temperatures.view(-1, 1)
             if needs_mask:
-                probs = torch.softmax(scaled, dim=-1)
+                probs = rng.softmax_rows(scaled)
                 self._attach_sampling_mask_to_output(
                     logits_output, sampling_info, ids,
                     self._compute_sampling_mask_from_probs(probs, sampling_info),
                 )
                 del probs
             if return_logprob:
-                logprobs = (
-                    torch.log_softmax(logits.float(), dim=-1)
-                    if SGLANG_RETURN_ORIGINAL_LOGPROB
-                    else torch.log_softmax(scaled, dim=-1)
-                )
+                logprobs = rng.softmax_rows(logits if SGLANG_RETURN_ORIGINAL_LOGPROB else scaled, log=True)
                 self.output_logprob_processor.compute_logprobs(
                     logprobs, top_logprobs_nums, token_ids_logprobs, ids
                 ).write_output_to(logits_output)

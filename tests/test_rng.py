@@ -222,3 +222,12 @@ def test_a_rows_floor_does_not_depend_on_the_other_rows_filters():
         alone = rng.floors(scaled[i : i + 1], one["top_ks"], one["top_ps"], one["min_ps"])
         assert torch.equal(alone, full[i : i + 1]), i
     assert torch.equal(_sample(batch)[[0, 2]], _sample(_take(batch, torch.tensor([0, 2]))))
+
+
+@pytest.mark.parametrize("vocab", [1000, 1001, 1003])
+def test_softmax_rows_match_torch_for_any_row_length(vocab):
+    x = torch.randn(3, vocab, generator=torch.Generator().manual_seed(vocab), dtype=torch.float64).to(torch.bfloat16)
+    for log, ref in ((False, torch.softmax), (True, torch.log_softmax)):
+        out = rng.softmax_rows(x, log=log)
+        assert out.shape == (3, vocab) and out.dtype == torch.float32 and out.is_contiguous()
+        torch.testing.assert_close(out, ref(x.float(), dim=-1), rtol=1e-6, atol=1e-7)

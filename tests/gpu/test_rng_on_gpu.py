@@ -20,3 +20,14 @@ def test_nucleus_is_row_local_where_torch_cumsum_follows_the_batch():
     single = torch.cat([rng._nucleus(top[i : i + 1], ps[i : i + 1]) for i in range(rows)])
     assert torch.equal(rng._nucleus(top, ps), single)
     assert torch.equal(rng._nucleus(top.flip(0), ps.flip(0)), single.flip(0))
+
+
+def test_softmax_rows_are_slot_invariant_where_torch_is_not():
+    vocab = 50257  # rows of 201,028 bytes: row starts fall at every 4-byte offset modulo 16
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(9, vocab, device="cuda", generator=g) * 4
+    shifted = torch.cat([x[-1:], x[:-1]])  # every row one slot further
+    # negative control: PyTorch's vectorised reduction starts at the row's alignment
+    assert not torch.equal(torch.log_softmax(shifted, -1)[1:], torch.log_softmax(x, -1)[:-1])
+    for log in (False, True):
+        assert torch.equal(rng.softmax_rows(shifted, log=log)[1:], rng.softmax_rows(x, log=log)[:-1])
