@@ -56,8 +56,10 @@ def done_keys(out: Path) -> set[tuple]:
 
 
 def schedule(arms: list[str], reps: int) -> list[tuple[int, str]]:
-    """(rep, arm) in run order: each repetition visits every arm, starting one arm later."""
-    return [(rep, arms[(rep + k) % len(arms)]) for rep in range(reps) for k in range(len(arms))]
+    """(rep, arm) in run order: each repetition visits every arm in the same cyclic order, starting
+    with the arm the previous one ended with, so each arm takes each place in turn and, one server
+    at a time, the boundary between repetitions needs no server start."""
+    return [(rep, arms[(k - rep) % len(arms)]) for rep in range(reps) for k in range(len(arms))]
 
 
 def main(argv=None) -> int:

@@ -98,7 +98,9 @@ def test_client_streams_and_measures():
 def test_schedule_rotates_arms_and_resume_skips_done_rows(tmp_path):
     order = run.schedule(["STD", "BI", "CoRun"], 3)
     assert order[:3] == [(0, "STD"), (0, "BI"), (0, "CoRun")]
-    assert order[3:6] == [(1, "BI"), (1, "CoRun"), (1, "STD")]
+    assert order[3:6] == [(1, "CoRun"), (1, "STD"), (1, "BI")]
+    assert order[6:] == [(2, "BI"), (2, "CoRun"), (2, "STD")]  # each arm once in each place
+    assert order[2][1] == order[3][1] and order[5][1] == order[6][1]  # one server at a time: 7 starts, not 9
     out = tmp_path / "runs.jsonl"
     row = {"shape": "s", "workload": "w", "concurrency": 8, "arm": "BI", "rep": 1}
     out.write_text(json.dumps(row) + "\n" + json.dumps({**row, "study": "x"}) + "\n")
