@@ -23,7 +23,7 @@ dense_lane() {  # GPU in $1
         "${pytest[@]}" tests/gpu/test_suite.py > "$results/dense.log" 2>&1
     local a=$?
     CUDA_VISIBLE_DEVICES=$1 CORUN_RESULTS="$results/http" CORUN_SHAPE="$dense" CORUN_STATIC_GB=24 \
-        CORUN_SERVER_ARGS="${CORUN_SERVER_ARGS:---attention-backend flashinfer --disable-prefill-cuda-graph}" \
+        CORUN_SERVER_ARGS="${CORUN_SERVER_ARGS:---attention-backend flashinfer}" \
         "${pytest[@]}" tests/gpu/test_http.py > "$results/http.log" 2>&1
     return $(( a || $? ))
 }

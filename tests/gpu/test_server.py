@@ -9,7 +9,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_corun_server_starts_logs_config_and_serves(launch, checkpoint, record):
-    server = launch(checkpoint, "--corun", "--disable-prefill-cuda-graph", name="corun-server")
+    server = launch(checkpoint, "--corun", name="corun-server")
     log = server.log_text()
     config_lines = [line for line in log.splitlines() if "corun: decode graph" in line]
     assert config_lines, log[-4000:]

@@ -13,7 +13,8 @@ Environment: ``CORUN_SUITE_SHAPES`` (default ``qwen3-8b,qwen3-moe-small``),
 ``CORUN_SUITE_ARMS`` (default all three; one arm at a time for a model too
 large for three copies), ``CORUN_SUITE_STATIC_GB`` (default 36),
 ``CORUN_SUITE_PERMUTATIONS`` (scenario c, default 16), ``CORUN_SUITE_SERVER_ARGS``
-(default ``--attention-backend flashinfer --disable-prefill-cuda-graph``; every
+(default ``--attention-backend flashinfer``, so prefills run in SGLang's default prefill
+CUDA graphs as ``--corun`` serves them; every
 server also gets ``--chunked-prefill-size 2048``, which scenario f needs
 prompts three times longer than, and ``--tp-size $CORUN_SUITE_TP``, default 1),
 ``CORUN_WEIGHTS`` (``in-place``, the default, or ``files``; see
@@ -46,7 +47,7 @@ TP = int(os.environ.get("CORUN_SUITE_TP", "1"))
 STATIC_GB = float(os.environ.get("CORUN_SUITE_STATIC_GB", "36"))
 PERMUTATIONS = int(os.environ.get("CORUN_SUITE_PERMUTATIONS", "16"))
 SERVER_ARGS = os.environ.get(
-    "CORUN_SUITE_SERVER_ARGS", "--attention-backend flashinfer --disable-prefill-cuda-graph"
+    "CORUN_SUITE_SERVER_ARGS", "--attention-backend flashinfer"
 ).split() + ["--chunked-prefill-size", "2048", "--tp-size", str(TP)]
 MUST_DIVERGE_IN_DEFAULT = {"a", "b", "d"}
 ASSERTED = {"default", "corun"}  # the deterministic arm is reported only
