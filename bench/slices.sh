@@ -11,7 +11,7 @@
 #   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 64, 256, and STD
 #   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
-#   sampler         the sampler microbenchmark, plain and filtered (top-p 0.9, top-k 50)
+#   sampler         the sampler microbenchmark: plain, top-p 0.9 with top-k 50, and top-p 0.9 alone
 # SLICE=W1,W2 runs only those workloads of a run.py slice (to split one slice over two GPUs).
 # With two GPUs, run two invocations at once, each with its own CUDA_VISIBLE_DEVICES and RESULTS.
 # Every slice runs all its arms interleaved on one GPU and tags its rows with its name (run.py
@@ -44,7 +44,8 @@ for spec in "$@"; do
         tp2-core) "${run[@]}" --shape qwen3-8b --tp-size 2 --reps 3 --concurrency 256 \
             --workloads "$(only sharegpt,fixed-64-448)" ;;
         sampler) python3 bench/sampler.py --out "$results/sampler.json" \
-            && python3 bench/sampler.py --top-p 0.9 --top-k 50 --out "$results/sampler_filtered.json" ;;
+            && python3 bench/sampler.py --top-p 0.9 --top-k 50 --out "$results/sampler_filtered.json" \
+            && python3 bench/sampler.py --top-p 0.9 --out "$results/sampler_top_p.json" ;;
         *) echo "unknown slice $slice"; exit 2 ;;
     esac
     status=$(( status || $? ))
