@@ -342,6 +342,7 @@ class CorunConfig:
 
     decode_batch_size: int
     prefill_requests_per_batch: int
+    prefill_graph: str
     chunked_prefill_size: int | None
     page_size: int
     attention_backend: str
@@ -352,7 +353,7 @@ class CorunConfig:
         """One log line with every shape decision."""
         return (
             f"corun: decode graph bs=[{self.decode_batch_size}] (padded, single graph), "
-            f"prefill {self.prefill_requests_per_batch} request/batch, "
+            f"prefill {self.prefill_requests_per_batch} request/batch (graph: {self.prefill_graph}), "
             f"chunked_prefill_size={self.chunked_prefill_size}, page_size={self.page_size}, "
             f"attention={self.attention_backend} (no split-KV decode), "
             f"sampling={self.sampling_backend}, random_seed={self.random_seed}, "
@@ -419,6 +420,7 @@ def resolve(args: Any, attention_backends: tuple[str, str]) -> CorunConfig:
     return CorunConfig(
         decode_batch_size=args.max_running_requests,
         prefill_requests_per_batch=PREFILL_REQUESTS_PER_BATCH,
+        prefill_graph=args.cuda_graph_config.prefill.backend,
         chunked_prefill_size=args.chunked_prefill_size,
         page_size=args.page_size,
         attention_backend=ATTENTION_BACKEND,

@@ -145,6 +145,7 @@ def test_summary_is_one_line():
     cfg = config.CorunConfig(
         decode_batch_size=256,
         prefill_requests_per_batch=1,
+        prefill_graph="breakable",
         chunked_prefill_size=8192,
         page_size=1,
         attention_backend="flashinfer",
@@ -152,7 +153,7 @@ def test_summary_is_one_line():
         random_seed=0,
     )
     line = cfg.summary()
-    assert "\n" not in line and "bs=[256]" in line and "prefill 1 request/batch" in line
+    assert "\n" not in line and "bs=[256]" in line and "prefill 1 request/batch (graph: breakable)" in line
 
 
 def test_tp_above_one_pins_nccl_tree_and_drops_custom_all_reduce(monkeypatch):

@@ -46,7 +46,9 @@ def test_cli_flag_resolves_the_corun_configuration(parse):
 def test_prefill_graphs_are_sglangs_default_or_eager(parse):
     assert parse("--corun").cuda_graph_config.prefill.backend == "breakable"
     assert parse().cuda_graph_config.prefill.backend == "breakable"
-    assert parse("--corun", "--disable-prefill-cuda-graph").cuda_graph_config.prefill.backend == "disabled"
+    eager = parse("--corun", "--disable-prefill-cuda-graph")
+    assert eager.cuda_graph_config.prefill.backend == "disabled"
+    assert "(graph: disabled)" in eager.corun_config.summary()
     with pytest.raises(config.CorunConfigError, match="--cuda-graph-backend-prefill"):
         parse("--corun", "--cuda-graph-backend-prefill", "full")
 
