@@ -320,7 +320,7 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
     for study, (rows, c) in groups.items():
         lines += _study_sections(study, rows, c, plots)
     decode = [(study, k) for study, (_, c) in groups.items()
-              for k in sorted({k[:3] for k, v in c.items() if v["decode_phase_throughput"]})]
+              for k in sorted({k[:3] for k, v in c.items() if v["decode_phase_throughput"] and k[3] in ARMS})]
     if decode:
         lines += ["## Decode phase (output tok/s while the first wave decodes; medians, min-max)", "",
                   "| study | shape | workload | concurrency | STD | BI | CoRun | CoRun/STD | CoRun/BI |",
