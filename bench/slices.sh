@@ -6,7 +6,7 @@
 #                   fixed-64-448 (a long pure-decode phase), 300 requests at concurrency 256, 3 reps
 #   dense-long      qwen3-8b: blazedit-synthetic and fixed {1024,4096} x {128,2048}, one arm at a time
 #                   (the whole GPU's KV pool for each arm), 3 reps
-#   dense-sweep     qwen3-8b, sharegpt at concurrency 16, 32, 64, 128 (256 is in dense-core), 3 reps
+#   dense-sweep     qwen3-8b, sharegpt at concurrency 16, 32, 64, 128, 256 (a study of its own), 3 reps
 #   dense-ablation  qwen3-8b, sharegpt and fixed-64-448: STD, split-KV off, + isolated prefill, CoRun
 #   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 64, 256, and STD
 #   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448
@@ -33,7 +33,7 @@ for spec in "$@"; do
             --workloads "$(only sharegpt,azure-conv,fixed-1024-128,fixed-64-448)" ;;
         dense-long) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --workloads "$(only blazedit-synthetic,fixed-1024-128,fixed-1024-2048,fixed-4096-128,fixed-4096-2048)" ;;
-        dense-sweep) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,32,64,128 --workloads "$(only sharegpt)" ;;
+        dense-sweep) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,32,64,128,256 --workloads "$(only sharegpt)" ;;
         dense-ablation) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 \
             --arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun --static-gb 30 \
             --workloads "$(only sharegpt,fixed-64-448)" ;;
