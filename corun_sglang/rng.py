@@ -137,9 +137,7 @@ def floors(
     if rows == 0:
         return out
     ks = top_ks.to(torch.int64).clamp(min=1, max=vocab)
-    k_rows = (ks > 1) & (ks < vocab)  # greedy rows (k = 1) take the arg-max without a floor
-    if not need_top_k:
-        k_rows = torch.zeros_like(k_rows)
+    k_rows = (ks > 1) & (ks < vocab) & need_top_k  # greedy rows (k = 1) take the arg-max without a floor
     top = idx = None
     if bool(k_rows.any()):
         kmax = int(ks[k_rows].max())
@@ -148,7 +146,7 @@ def floors(
         out = torch.where(k_rows, torch.maximum(out, kth), out)
     ps = top_ps.to(torch.float32)
     if need_top_p and bool((ps < 1.0).any()):
-        out = torch.where(ps < 1.0, torch.maximum(out, _top_p_floor(scaled, ps, ks, k_rows, top, idx)), out)
+        out = torch.where(ps < 1.0, torch.maximum(out, _top_p_floor(scaled, ps, k_rows, top, idx)), out)
     mp = min_ps.to(torch.float32)
     if need_min_p and bool((mp > 0).any()):
         top1 = scaled.amax(dim=-1)
@@ -228,7 +226,7 @@ def softmax_rows(x: torch.Tensor, log: bool = False) -> torch.Tensor:
 
 
 def _top_p_floor(
-    scaled: torch.Tensor, ps: torch.Tensor, ks: torch.Tensor, k_rows: torch.Tensor,
+    scaled: torch.Tensor, ps: torch.Tensor, k_rows: torch.Tensor,
     top: torch.Tensor | None, idx: torch.Tensor | None,
 ) -> torch.Tensor:
     """Per row, the scaled logit of the last token in the top-p nucleus (-inf for p >= 1).
@@ -237,8 +235,9 @@ def _top_p_floor(
     the other rows or its slot). Candidates are ranked by their
     scaled logits (exact top-k selection or a stable sort, so the values in
     rank order, and the floor taken from them, do not depend on how ties are
-    broken). A row with top-k looks for its nucleus among its top-k candidates
-    (``top``, ``idx``): a nucleus that ends beyond them is cut by top-k anyway.
+    broken). A row with top-k looks for its nucleus among the batch's ``top``
+    candidates (``idx``: their token ids); a nucleus that ends beyond the row's
+    own k gives a floor below its k-th logit, which ``floors`` then takes.
     Other rows look among their ``TOP_P_WINDOW`` best tokens and are redone with
     a full sort when their window holds less than their ``p``. Which path a row
     takes depends on that row alone.
@@ -248,7 +247,7 @@ def _top_p_floor(
     nucleus_rows = ps < 1.0
     probs = softmax_rows(scaled)
     if top is not None:
-        kept = torch.minimum(_nucleus(probs.gather(1, idx), ps), ks.clamp(max=top.shape[1]))
+        kept = _nucleus(probs.gather(1, idx), ps)
         at_k = top.gather(1, (kept - 1).view(-1, 1)).squeeze(1)
         floor = torch.where(k_rows & nucleus_rows, at_k, floor)
     rest = (nucleus_rows & ~k_rows).nonzero().squeeze(1)
