@@ -21,11 +21,13 @@ SCENARIOS = {
     "f": "prompts longer than 3 chunks",
     "g": "n = 4: reproducible (distinct samples noted)",
     "h": "co-runners aborted mid-generation",
+    "i": "top-p / top-k needles among co-runners with mixed filters (64 tokens)",
     "http-verify": "OpenAI completions: alone vs 2 concurrent rounds of 128 (`verify`)",
     "http-chat": "OpenAI chat: alone vs 64 concurrent clients",
     "http-restart": "unseeded requests: before vs after a server restart",
 }
 ARMS = ("default", "deterministic", "corun")
+MUST_DIVERGE = ("a", "b", "d", "i")  # the scenarios where default SGLang is the negative control
 
 
 def aggregate(rows: list[dict]) -> dict:
@@ -81,8 +83,8 @@ def checks(summary: dict) -> list[str]:
     bad, total = summary["totals"]["corun"]
     out = [f"corun: {bad} divergent of {total} comparisons"]
     for shape in sorted({k[0] for k in cells if not k[0].startswith("http-")}):
-        diverged = {s: cells.get((shape, s, "default")) for s in ("a", "b", "d")}
-        out.append(f"{shape}, default SGLang diverges in a, b, d: " + ", ".join(
+        diverged = {s: cells.get((shape, s, "default")) for s in MUST_DIVERGE}
+        out.append(f"{shape}, default SGLang diverges in {', '.join(MUST_DIVERGE)}: " + ", ".join(
             f"{s} {'not run' if v is None else f'{v[0]} / {v[1]}'}" for s, v in diverged.items()))
     return out
 

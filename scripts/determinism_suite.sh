@@ -5,7 +5,7 @@
 # Two lanes, each a sequence of pytest runs:
 #   dense: qwen3-8b with all three arms side by side, then the HTTP path (qwen3-8b, text endpoints);
 #   moe:   qwen3-30b-a3b (61 GB: one arm at a time) with --corun on every scenario, then default
-#          SGLang on the negative-control scenarios a, b, d.
+#          SGLang on the negative-control scenarios a, b, d, i.
 # With two or more GPUs visible the lanes run at once, one GPU each; with one they run in turn.
 # Rows accumulate in RESULTS_DIR/<lane part>/suite.jsonl; the report reads them all.
 # Environment: see tests/gpu/test_suite.py and tests/gpu/conftest.py; DENSE_SHAPE and MOE_SHAPE
@@ -33,7 +33,7 @@ moe_lane() {  # GPU in $1
         CORUN_SUITE_STATIC_GB=70 "${pytest[@]}" tests/gpu/test_suite.py > "$results/moe.log" 2>&1
     local a=$?
     CUDA_VISIBLE_DEVICES=$1 CORUN_RESULTS="$results/moe-default" CORUN_SUITE_SHAPES="$moe" CORUN_SUITE_ARMS=default \
-        CORUN_SUITE_STATIC_GB=70 "${pytest[@]}" tests/gpu/test_suite.py -k "test_a or test_b or test_d" \
+        CORUN_SUITE_STATIC_GB=70 "${pytest[@]}" tests/gpu/test_suite.py -k "test_a or test_b or test_d or test_i" \
         > "$results/moe-default.log" 2>&1
     return $(( a || $? ))
 }

@@ -38,7 +38,7 @@ def test_checks_state_the_corun_total_and_the_negative_controls(tmp_path):
     summary = report.aggregate(rows)
     assert report.checks(summary) == [
         "corun: 0 divergent of 1056 comparisons",
-        "qwen3-8b, default SGLang diverges in a, b, d: a 30 / 32, b 5 / 8, d not run",
+        "qwen3-8b, default SGLang diverges in a, b, d, i: a 30 / 32, b 5 / 8, d not run, i not run",
     ]
     text = report.render(summary, ["cmd"], "H200")
     assert "## http-qwen3-small" in text and "| http-verify." in text

@@ -1,7 +1,7 @@
-"""Determinism suite: scenarios a-h against three arms, dense and MoE checkpoints.
+"""Determinism suite: scenarios a-i against three arms, dense and MoE checkpoints.
 
 Arms: ``default`` (SGLang as shipped: the negative control, divergence
-asserted in scenarios a, b, d), ``deterministic`` (SGLang's
+asserted in scenarios a, b, d, i), ``deterministic`` (SGLang's
 ``--enable-deterministic-inference``: reported only) and ``corun`` (every
 comparison must be bitwise identical). For each shape the arms' servers run
 side by side on one GPU, each with ``CORUN_SUITE_STATIC_GB`` GiB of static
@@ -49,7 +49,7 @@ PERMUTATIONS = int(os.environ.get("CORUN_SUITE_PERMUTATIONS", "16"))
 SERVER_ARGS = os.environ.get(
     "CORUN_SUITE_SERVER_ARGS", "--attention-backend flashinfer"
 ).split() + ["--chunked-prefill-size", "2048", "--tp-size", str(TP)]
-MUST_DIVERGE_IN_DEFAULT = {"a", "b", "d"}
+MUST_DIVERGE_IN_DEFAULT = {"a", "b", "d", "i"}
 ASSERTED = {"default", "corun"}  # the deterministic arm is reported only
 
 
@@ -270,3 +270,36 @@ def _inside_tolerant(url, needle, others):
         futures = [pool.submit(one, r) for r in others[:32]] + [pool.submit(one, needle)]
         futures += [pool.submit(one, r) for r in others[32:]]
         return harness.generation(futures[32].result())
+
+
+FILTERS = [{"top_p": 0.9, "top_k": 50}, {"top_p": 0.3}, {"top_k": 20}, {"top_p": 0.95, "min_p": 0.05}, {}]
+
+
+def test_i_filtered_needles_among_mixed_filters(arms):
+    """Needles with top-p / top-k keep their tokens whatever filters their co-runners ask for: the
+    batch's widest top-k and its top-p rows change what the sampler computes for the whole batch."""
+    rnd = random.Random(100)
+    needles = [
+        harness.request(p, 64, temperature, 13 + i, **FILTERS[i])
+        for i, (p, temperature) in enumerate(zip(harness.prompts(2, 100, 400, seed=101), (0.8, 0.5)))
+    ]
+    trials = []
+    for trial in range(3):
+        others = _fillers(rnd.randint(32, 200), 110 + trial, 96)
+        for r in others:
+            r["sampling_params"].update(rnd.choice(FILTERS))
+        positions = sorted(rnd.sample(range(len(others) + 2), 2))
+        trials.append((others, positions))
+
+    def run(url):
+        alone = harness.generate(url, needles, concurrent=False)
+        got = []
+        for others, positions in trials:
+            batch = list(others)
+            for position, needle in zip(positions, needles):
+                batch.insert(position, needle)
+            outs = harness.generate(url, batch)
+            got += [outs[position] for position in positions]
+        return harness.compare(alone * len(trials), got)
+
+    _across_arms(arms, "i", run)
