@@ -10,7 +10,10 @@ arms in a rotated order, so drift on the host hits all arms alike. A model
 too large for side by side takes ``--one-at-a-time``: each arm's server is
 started when its turn comes and stopped before the next arm's starts. Rows
 already in ``--out`` (same study, shape, workload, concurrency, arm, rep) are
-skipped: a slice cut short resumes where it stopped.
+skipped: a slice cut short resumes where it stopped. Every server, before its
+first measured run, serves ``--warmup`` requests of that run's workload (other
+prompts, at most 16 new tokens each), unrecorded: first-use costs (kernel
+selection, allocator growth) stay out of repetition 0.
 
     python bench/run.py --shape qwen3-8b --workloads sharegpt,fixed-1024-128 --reps 3 \\
         --out docs/results/bench/runs.jsonl
@@ -55,6 +58,18 @@ def done_keys(out: Path) -> set[tuple]:
     return keys
 
 
+#: The warm-up's prompt seed; measured runs use 1000 * workload index + repetition.
+WARMUP_SEED = 999_999_937
+
+
+def warmup_bodies(pairs: list[tuple[int, int]], count: int) -> list[dict]:
+    """``count`` requests shaped like the workload's first ones (prompts no measured run sends,
+    at most 16 new tokens each)."""
+    pairs = pairs[:count]
+    prompts = workloads.prompts(pairs, seed=WARMUP_SEED)
+    return [client.request(p, min(o, 16), seed=i) for i, (p, (_, o)) in enumerate(zip(prompts, pairs))]
+
+
 def schedule(arms: list[str], reps: int) -> list[tuple[int, str]]:
     """(rep, arm) in run order: each repetition visits every arm in the same cyclic order, starting
     with the arm the previous one ended with, so each arm takes each place in turn and, one server
@@ -79,6 +94,8 @@ def main(argv=None) -> int:
     parser.add_argument("--one-at-a-time", action="store_true",
                         help="run one server at a time (models too large for side by side)")
     parser.add_argument("--chunked-prefill-size", type=int, default=8192)
+    parser.add_argument("--warmup", type=int, default=64,
+                        help="unrecorded requests each server serves before its first measured run (0: none)")
     parser.add_argument("--tp-size", type=int, default=1,
                         help="tensor-parallel size; rows of TP > 1 are labelled SHAPE-tpN")
     args = parser.parse_args(argv)
@@ -111,6 +128,7 @@ def main(argv=None) -> int:
         *args.server_args.split(),
     ]
     servers = {}
+    warmed = []  # servers that have served their warm-up
 
     def serve(arm):
         if arm not in servers:
@@ -131,6 +149,9 @@ def main(argv=None) -> int:
             prompts = workloads.prompts(pairs, seed=1000 * names.index(w) + rep)
             bodies = [client.request(p, o, seed=i) for i, (p, (_, o)) in enumerate(zip(prompts, pairs))]
             server = serve(arm)
+            if args.warmup and server not in warmed:
+                asyncio.run(client.run(server.url, warmup_bodies(pairs, args.warmup), c))
+                warmed.append(server)
             log_start = server.log.stat().st_size
             records, duration = asyncio.run(client.run(server.url, bodies, c))
             with open(server.log, errors="replace") as log:

@@ -7,8 +7,8 @@
 #   dense-long      qwen3-8b: blazedit-synthetic and fixed {1024,4096} x {128,2048}, one arm at a time
 #                   (the whole GPU's KV pool for each arm), 3 reps
 #   dense-sweep     qwen3-8b, sharegpt at concurrency 16, 32, 64, 128, 256 (a study of its own), 3 reps
-#   dense-ablation  qwen3-8b, sharegpt and fixed-64-448: STD, split-KV off, + isolated prefill, CoRun
-#   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 64, 256, and STD
+#   dense-ablation  qwen3-8b, sharegpt, fixed-64-448 and azure-conv: STD, split-KV off, + isolated prefill, CoRun
+#   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 8, 32, 64, 128, 256, and STD
 #   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
 #   sampler         the sampler microbenchmark: plain, top-p 0.9 with top-k 50, and top-p 0.9 alone
@@ -36,13 +36,13 @@ for spec in "$@"; do
         dense-sweep) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,32,64,128,256 --workloads "$(only sharegpt)" ;;
         dense-ablation) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 \
             --arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun --static-gb 30 \
-            --workloads "$(only sharegpt,fixed-64-448)" ;;
-        dense-padding) python3 bench/padding.py --shape qwen3-8b --n 1,64,256 --reps 3 \
+            --workloads "$(only sharegpt,fixed-64-448,azure-conv)" ;;
+        dense-padding) python3 bench/padding.py --shape qwen3-8b --n 1,8,32,64,128,256 --reps 3 \
             --out "$results/padding.jsonl" --logs "$results/logs" ;;
         moe-core) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --workloads "$(only sharegpt,azure-conv,fixed-1024-128,fixed-64-448)" ;;
         tp2-core) "${run[@]}" --shape qwen3-8b --tp-size 2 --reps 3 --concurrency 256 \
-            --workloads "$(only sharegpt,fixed-64-448)" ;;
+            --workloads "$(only sharegpt,fixed-64-448,azure-conv)" ;;
         sampler) python3 bench/sampler.py --out "$results/sampler.json" \
             && python3 bench/sampler.py --top-p 0.9 --top-k 50 --out "$results/sampler_filtered.json" \
             && python3 bench/sampler.py --top-p 0.9 --out "$results/sampler_top_p.json" ;;

@@ -54,6 +54,7 @@ def _streaming_server(log=None):
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            self.server.received.append(body["input_ids"])
             n = body["sampling_params"]["max_new_tokens"]
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -76,6 +77,7 @@ def _streaming_server(log=None):
             self.wfile.write(b"0\r\n\r\n")
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.received = []  # the prompts of the requests served, in arrival order
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -223,6 +225,7 @@ class _StandIn:
 
     alive: list = []
     started: list = []
+    instances: list = []
 
     def __init__(self, model_path, args, log, timeout=600, static_gb=None):
         self.log = Path(log)
@@ -233,6 +236,7 @@ class _StandIn:
         self.command = ["server", *args]
         assert static_gb == 38.0 and "--max-total-tokens" in args
         _StandIn.started.append(args[0] if args[:1] == ["--corun"] else "other")
+        _StandIn.instances.append(self)
         _StandIn.alive.append(self)
         assert len(_StandIn.alive) == 1 or not self.one_at_a_time
 
@@ -249,13 +253,14 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     monkeypatch.setattr(_StandIn, "one_at_a_time", one_at_a_time, raising=False)
     monkeypatch.setattr(_StandIn, "alive", [])
     monkeypatch.setattr(_StandIn, "started", [])
+    monkeypatch.setattr(_StandIn, "instances", [])
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "config.json").write_text("{}")
     (tmp_path / "ckpt" / "tokenizer.json").write_text("{}")
     out = tmp_path / "runs.jsonl"
     argv = ["--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--logs", str(tmp_path / "logs"),
             "--workloads", "fixed-1024-128", "--requests", "2", "--concurrency", "2", "--reps", "2",
-            "--arms", "STD,CoRun", "--max-total-tokens", "5000", "--study", "s1"]
+            "--arms", "STD,CoRun", "--max-total-tokens", "5000", "--study", "s1", "--warmup", "2"]
     argv += ["--one-at-a-time"] if one_at_a_time else []
     monkeypatch.setattr(workloads, "lengths", lambda name, n: [(8, 3)] * n)
     assert run.main(argv) == 0
@@ -268,6 +273,12 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     # (STD, CoRun | CoRun, STD: the rotation keeps CoRun across the repetitions' boundary)
     assert _StandIn.started == (["other", "--corun", "other"] if one_at_a_time else ["other", "--corun"])
     assert not _StandIn.alive
+    # every server first serves the warm-up (prompts no measured run sends), then its measured runs
+    warm = [b["input_ids"] for b in run.warmup_bodies([(8, 3)] * 2, 2)]
+    measured = [len(rows) // len(_StandIn.instances)] if not one_at_a_time else [1, 2, 1]
+    for server, runs in zip(_StandIn.instances, measured):
+        assert sorted(server.httpd.received[:2]) == sorted(warm) and len(server.httpd.received) == 2 + 2 * runs
+        assert not any(p in warm for p in server.httpd.received[2:])
     assert run.main(argv) == 0 and len(out.read_text().splitlines()) == 4  # resumed: nothing left to do
     assert {r["study"] for r in rows} == {"s1"}
     # the same runs in another study are not done yet
