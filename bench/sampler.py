@@ -55,6 +55,19 @@ def _batch(rows, vocab, temperature, top_p, top_k, seeded, device):
     )
 
 
+def _kernels(run, iters: int, most: int = 20) -> list[dict]:
+    """The GPU kernels ``run()`` launches, by device time: name, launches and ms per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+    rows = [
+        {"kernel": e.key, "launches_per_step": e.count / iters, "ms_per_step": e.device_time_total / 1000 / iters}
+        for e in prof.key_averages() if e.device_time_total > 0
+    ]
+    return sorted(rows, key=lambda r: -r["ms_per_step"])[:most]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=256)
@@ -65,6 +78,8 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="also record the corun arm's GPU kernels (torch.profiler), time per step each")
     args = parser.parse_args(argv)
 
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
@@ -129,6 +144,8 @@ def main(argv=None) -> int:
         "ratio_to_default": {n: medians[n] / medians["sglang_default"] for n in medians},
         "command": " ".join([sys.executable, *sys.argv]),
     }
+    if args.profile:
+        result["corun_kernels"] = _kernels(lambda: step("corun"), args.iters)
     print(json.dumps({k: result[k] for k in ("median_ms", "ratio_to_default")}, indent=1))
     if args.out:
         with open(args.out, "w") as f:
