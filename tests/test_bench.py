@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
@@ -388,3 +389,24 @@ def test_slices_script_runs_only_the_named_workloads_of_a_split_slice(tmp_path):
     assert runs[0].endswith("--workloads sharegpt")
     assert all("--study dense-core " in line for line in runs)
     assert runs[1].endswith("--workloads sharegpt,azure-conv,fixed-1024-128,fixed-64-448")
+
+
+def test_gemm_tiers_keeps_the_sizes_whose_rows_match_the_full_batch(tmp_path):
+    import gemm_tiers
+
+    # a GEMM whose rows change below 8 rows (as a library switching kernels would): only 8 and up match
+    def switching(x, w):
+        return torch.nn.functional.linear(x, w) + (1e-2 if x.shape[0] < 8 else 0.0)
+
+    assert gemm_tiers.equal_sizes(64, 32, 16, [1, 4, 8, 12, 16], 2, "cpu", linear=switching) == [8, 12, 16]
+    assert gemm_tiers.layers("qwen3-8b") == {
+        "qkv": (4096, 6144), "o": (4096, 4096), "lm_head": (4096, 151936), "gate_up": (4096, 24576),
+        "down": (12288, 4096)}
+    assert set(gemm_tiers.layers("qwen3-30b-a3b", tp_size=2)) == {"qkv", "o", "lm_head"}  # experts: not GEMMs here
+    out = tmp_path / "tiers.json"
+    argv = ["--shape", "qwen3-small", "--layers", "o", "--n", "16", "--sizes", "1,4,32", "--trials", "1",
+            "--device", "cpu", "--out", str(out)]
+    assert gemm_tiers.main(argv) == 0
+    result = json.loads(out.read_text())
+    assert result["sizes"] == [1, 4, 16] and 16 in result["layers"]["o"]["equal"]  # N itself always matches
+    assert result["equal_on_every_layer"] == result["layers"]["o"]["equal"]

@@ -1,0 +1,97 @@
+"""Which decode batch sizes give a row the same GEMM bits as the size-N batch.
+
+For each linear layer of a checkpoint shape (qkv, o, gate_up, down, lm_head;
+the attention projections and lm_head for an MoE shape), one seeded
+random-normal bf16 weight and one [N, K] activation: the first M rows are
+multiplied alone and compared, bit for bit, with the same rows of the product
+of all N. A size M is equal for a layer when every row matches in every
+trial. A size equal on every layer runs the same reduction for its rows as the
+size-N batch does (the GEMM library picked a kernel with the same K order and
+no split-K for both); a size that differs anywhere would give a request other
+logits in an M-slot decode graph than in the N-slot one. This measures the
+GEMMs only: attention and the row-wise layers are not part of it.
+
+    python bench/gemm_tiers.py --shape qwen3-8b --out gemm_tiers.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+from corun_sglang import synthetic
+
+#: SGLang's default decode CUDA graph sizes up to 256.
+DEFAULT_SIZES = [1, 2, 4, 8, 12, 16] + list(range(24, 257, 8))
+
+
+def layers(shape: str, tp_size: int = 1) -> dict[str, tuple[int, int]]:
+    """Layer name -> (K, N) of its GEMM on one tensor-parallel rank."""
+    c = synthetic.hf_config(shape)
+    h, d = c["hidden_size"], c["head_dim"]
+    q, kv = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
+    out = {
+        "qkv": (h, (q + 2 * kv) // tp_size),
+        "o": (q // tp_size, h),
+        "lm_head": (h, c["vocab_size"] // tp_size),
+    }
+    if "num_experts" not in c:
+        out["gate_up"] = (h, 2 * c["intermediate_size"] // tp_size)
+        out["down"] = (c["intermediate_size"] // tp_size, h)
+    return out
+
+
+def equal_sizes(k: int, n_out: int, n: int, sizes: list[int], trials: int, device: str,
+                linear=torch.nn.functional.linear) -> list[int]:
+    """The sizes M whose rows of ``linear(x[:M], W)`` equal those rows of ``linear(x, W)`` in every trial."""
+    equal = set(sizes)
+    for trial in range(trials):
+        gen = torch.Generator(device=device).manual_seed(trial)
+        w = torch.randn(n_out, k, generator=gen, device=device, dtype=torch.bfloat16)
+        x = torch.randn(n, k, generator=gen, device=device, dtype=torch.bfloat16)
+        full = linear(x, w)
+        for m in sorted(equal):
+            if not torch.equal(linear(x[:m].clone(), w), full[:m]):
+                equal.discard(m)
+    return sorted(equal)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="qwen3-8b", choices=sorted(synthetic.SHAPES))
+    parser.add_argument("--tp-size", type=int, default=1)
+    parser.add_argument("--n", type=int, default=256, help="the decode graph size compared against")
+    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
+    parser.add_argument("--layers", default=None, help="comma-separated subset of the shape's layers")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+
+    sizes = sorted({int(s) for s in args.sizes.split(",") if int(s) <= args.n} | {args.n})
+    shapes = layers(args.shape, args.tp_size)
+    if args.layers:
+        shapes = {name: shapes[name] for name in args.layers.split(",")}
+    per_layer = {
+        name: {"k": k, "n_out": n_out, "equal": equal_sizes(k, n_out, args.n, sizes, args.trials, args.device)}
+        for name, (k, n_out) in shapes.items()
+    }
+    everywhere = sorted(set(sizes).intersection(*(set(r["equal"]) for r in per_layer.values())))
+    result = {
+        "shape": args.shape, "tp_size": args.tp_size, "n": args.n, "sizes": sizes, "trials": args.trials,
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
+        "torch": torch.__version__, "layers": per_layer, "equal_on_every_layer": everywhere,
+        "command": " ".join([sys.executable, *sys.argv]),
+    }
+    print(json.dumps({name: r["equal"] for name, r in per_layer.items()} | {"every layer": everywhere}))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
