@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 
@@ -23,3 +24,12 @@ def prepare(args: argparse.Namespace) -> Path:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.logs).mkdir(parents=True, exist_ok=True)
     return synthetic.prepare(args.checkpoint or f"/tmp/ckpt-{args.shape}", args.shape, args.weights)
+
+
+def finish(result: dict, summary: dict, out: str | None) -> int:
+    """Print ``summary`` as JSON and write the whole ``result`` to ``out`` (when given); exit status 0."""
+    print(json.dumps(summary, indent=1))
+    if out:
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0

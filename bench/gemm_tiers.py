@@ -17,12 +17,15 @@ GEMMs only: attention and the row-wise layers are not part of it.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from pathlib import Path
 
 import torch
 
-from corun_sglang import synthetic
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+from corun_sglang import synthetic  # noqa: E402
 
 #: SGLang's default decode CUDA graph sizes up to 256.
 DEFAULT_SIZES = [1, 2, 4, 8, 12, 16] + list(range(24, 257, 8))
@@ -86,11 +89,8 @@ def main(argv=None) -> int:
         "torch": torch.__version__, "layers": per_layer, "equal_on_every_layer": everywhere,
         "command": " ".join([sys.executable, *sys.argv]),
     }
-    print(json.dumps({name: r["equal"] for name, r in per_layer.items()} | {"every layer": everywhere}))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-    return 0
+    return common.finish(result, {name: r["equal"] for name, r in per_layer.items()} | {"every layer": everywhere},
+                         args.out)
 
 
 if __name__ == "__main__":

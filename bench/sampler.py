@@ -12,11 +12,15 @@ ratios to the default sampler. Writes JSON to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
 
 
 def _bare_sampler(cls, deterministic: bool):
@@ -146,11 +150,7 @@ def main(argv=None) -> int:
     }
     if args.profile:
         result["corun_kernels"] = _kernels(lambda: step("corun"), args.iters)
-    print(json.dumps({k: result[k] for k in ("median_ms", "ratio_to_default")}, indent=1))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-    return 0
+    return common.finish(result, {k: result[k] for k in ("median_ms", "ratio_to_default")}, args.out)
 
 
 if __name__ == "__main__":
