@@ -12,9 +12,9 @@ Invariants:
   row's seed, its position and the token id ``j`` (Gumbel-max: an exact draw
   from ``softmax(logits / T)`` restricted to the allowed tokens). Greedy rows
   (``top_k == 1``) take the first maximal logit. Every per-row quantity is
-  computed either by exact operations (division, max, top-k selection,
-  comparison) or by row-local kernels, so a row's token does not depend on the
-  other rows, their number or their order.
+  computed either by exact operations (division, max, sorting, comparison) or
+  by row-local kernels, so a row's token does not depend on the other rows,
+  their number or their order.
 """
 
 from __future__ import annotations
@@ -138,15 +138,10 @@ def floors(
         return out
     ks = top_ks.to(torch.int64).clamp(min=1, max=vocab)
     k_rows = (ks > 1) & (ks < vocab) & need_top_k  # greedy rows (k = 1) take the arg-max without a floor
-    top = idx = None
-    if bool(k_rows.any()):
-        kmax = int(ks[k_rows].max())
-        top, idx = torch.topk(scaled, kmax, dim=-1, sorted=True)
-        kth = top.gather(1, (ks.clamp(max=kmax) - 1).view(-1, 1)).squeeze(1)
-        out = torch.where(k_rows, torch.maximum(out, kth), out)
     ps = top_ps.to(torch.float32)
-    if need_top_p and bool((ps < 1.0).any()):
-        out = torch.where(ps < 1.0, torch.maximum(out, _top_p_floor(scaled, ps, k_rows, top, idx)), out)
+    p_rows = (ps < 1.0) & need_top_p
+    if bool((k_rows | p_rows).any()):
+        out = _top_floor(scaled, torch.where(k_rows, ks, 0), torch.where(p_rows, ps, 1.0))
     mp = min_ps.to(torch.float32)
     if need_min_p and bool((mp > 0).any()):
         top1 = scaled.amax(dim=-1)
@@ -155,9 +150,79 @@ def floors(
     return out
 
 
-#: Candidates examined first for top-p in rows without top-k; rows whose nucleus is wider fall
-#: back to a full sort.
-TOP_P_WINDOW = 1024
+#: How many candidates (a row's best tokens) the top-k / top-p floor is looked for among; a row
+#: that needs more is sorted whole.
+TOP_CANDIDATES = 1024
+
+#: Cuts the candidate kernel tries, in nats below the row's largest scaled logit, nearest first.
+_CUTS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 28.0, 40.0)
+
+#: A cut holds a row's top-p nucleus once the probability above it exceeds p by this much (more
+#: than the rounding of any float32 sum of the row).
+_P_MARGIN = 1e-3
+
+_CAND_BLOCK = 1024
+
+
+@triton.jit
+def _candidates_kernel(
+    scaled_ptr, stride_row, ks_ptr, ps_ptr, cuts_ptr, vals_ptr, stats_ptr, V, W, margin,
+    BLOCK: tl.constexpr, NCUT: tl.constexpr,
+):
+    """Row ``r``: its largest value m, its softmax denominator sum(exp(x - m)), and, at the nearest cut
+    above which the row holds at least k tokens or more than p (+ margin) of its probability, the
+    tokens at or above the cut (in index order into ``vals``, at most W of them).
+
+    Stats per row: m, the denominator, the number of tokens above the cut (V when no cut
+    serves: every token; 0 for a row with neither filter), and 1.0 when those tokens hold the
+    top-p nucleus. Every sum runs block by block in index order with the same tree: the row's
+    results depend on its values alone.
+    """
+    r = tl.program_id(0)
+    row = scaled_ptr + r * stride_row
+    k = tl.load(ks_ptr + r)
+    p = tl.load(ps_ptr + r)
+    p_eff = p + margin
+    m = tl.full((), -float("inf"), tl.float32)
+    for start in tl.range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        x = tl.load(row + offs, mask=offs < V, other=-float("inf"))
+        m = tl.maximum(m, tl.max(x, axis=0))
+    cut_ids = tl.arange(0, NCUT)
+    lim = m - tl.load(cuts_ptr + cut_ids)
+    total = tl.full((), 0.0, tl.float32)
+    mass = tl.zeros((NCUT,), tl.float32)
+    count = tl.zeros((NCUT,), tl.int32)
+    for start in tl.range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        x = tl.load(row + offs, mask=offs < V, other=-float("inf"))
+        e = tl.exp(x - m)
+        total += tl.sum(e, axis=0)
+        above = x[None, :] >= lim[:, None]
+        mass += tl.sum(tl.where(above, e[None, :], 0.0), axis=1)
+        count += tl.sum(above.to(tl.int32), axis=1)
+    holds_p = mass > p_eff * total
+    serves = holds_p | ((k > 0) & (count >= k))
+    first = tl.min(tl.where(serves, cut_ids, NCUT), axis=0)
+    found = first < NCUT
+    needed = (k > 0) | (p < 1.0)
+    t = tl.where(found, tl.sum(tl.where(cut_ids == first, lim, 0.0), axis=0), -float("inf"))
+    n = tl.where(found, tl.sum(tl.where(cut_ids == first, count, 0), axis=0), tl.where(needed, V, 0))
+    covers = tl.where(found, tl.sum(tl.where((cut_ids == first) & holds_p, 1.0, 0.0), axis=0), 1.0)
+    tl.store(stats_ptr + r * 4 + 0, m)
+    tl.store(stats_ptr + r * 4 + 1, total)
+    tl.store(stats_ptr + r * 4 + 2, n.to(tl.float32))
+    tl.store(stats_ptr + r * 4 + 3, covers)
+    if (n > 0) & (n <= W):
+        base = tl.full((), 0, tl.int32)
+        for start in tl.range(0, V, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            x = tl.load(row + offs, mask=offs < V, other=-float("inf"))
+            sel = ((x >= t) & (offs < V)).to(tl.int32)
+            at = base + tl.cumsum(sel, axis=0) - sel
+            tl.store(vals_ptr + r * W + at, x, mask=sel != 0)
+            base += tl.sum(sel, axis=0)
+
 
 #: Elements one step of the nucleus scan adds up (a fixed tree per block, blocks in order).
 _SCAN_BLOCK = 1024
@@ -225,47 +290,50 @@ def softmax_rows(x: torch.Tensor, log: bool = False) -> torch.Tensor:
     return out[:, :vocab].contiguous() if pad else out
 
 
-def _top_p_floor(
-    scaled: torch.Tensor, ps: torch.Tensor, k_rows: torch.Tensor,
-    top: torch.Tensor | None, idx: torch.Tensor | None,
-) -> torch.Tensor:
-    """Per row, the scaled logit of the last token in the top-p nucleus (-inf for p >= 1).
+def _top_floor(scaled: torch.Tensor, ks: torch.Tensor, ps: torch.Tensor) -> torch.Tensor:
+    """Per row, the larger of its top-k floor (``ks`` 0: none) and top-p floor (``ps`` 1: none).
 
-    Probabilities come from ``softmax_rows`` (a row's values do not depend on
-    the other rows or its slot). Candidates are ranked by their
-    scaled logits (exact top-k selection or a stable sort, so the values in
-    rank order, and the floor taken from them, do not depend on how ties are
-    broken). A row with top-k looks for its nucleus among the batch's ``top``
-    candidates (``idx``: their token ids); a nucleus that ends beyond the row's
-    own k gives a floor below its k-th logit, which ``floors`` then takes.
-    Other rows look among their ``TOP_P_WINDOW`` best tokens and are redone with
-    a full sort when their window holds less than their ``p``. Which path a row
-    takes depends on that row alone.
+    Both are read off the row's candidates sorted by value: the k-th value, and the value of
+    the last token whose exclusive prefix of probabilities exp(x - m) / sum is <= p (summed by
+    ``_nucleus``). A cut serves a row when the candidates hold its k best tokens or its whole
+    nucleus; the floor the other filter would give then lies below the cut, so the larger
+    one is exact. Rows no cut serves within ``TOP_CANDIDATES`` tokens are sorted whole. Which
+    tokens are candidates, and which path a row takes, depend on that row alone; so do the
+    sorted values (ties are equal values), hence the floor.
     """
     rows, vocab = scaled.shape
-    floor = torch.full((rows,), -float("inf"), device=scaled.device, dtype=torch.float32)
-    nucleus_rows = ps < 1.0
-    probs = softmax_rows(scaled)
-    if top is not None:
-        kept = _nucleus(probs.gather(1, idx), ps)
-        at_k = top.gather(1, (kept - 1).view(-1, 1)).squeeze(1)
-        floor = torch.where(k_rows & nucleus_rows, at_k, floor)
-    rest = (nucleus_rows & ~k_rows).nonzero().squeeze(1)
-    if rest.numel() == 0:
-        return floor
-    r_scaled, r_probs, r_ps = scaled[rest], probs[rest], ps[rest]
-    window = min(vocab, TOP_P_WINDOW)
-    w_top, w_idx = torch.topk(r_scaled, window, dim=-1, sorted=True)
-    kept = _nucleus(r_probs.gather(1, w_idx), r_ps)
-    r_floor = w_top.gather(1, (kept - 1).view(-1, 1)).squeeze(1)
-    if window < vocab:
-        wider = (kept == window).nonzero().squeeze(1)
-        if wider.numel():
-            f_top, f_idx = torch.sort(r_scaled[wider], dim=-1, descending=True, stable=True)
-            f_kept = _nucleus(r_probs[wider].gather(1, f_idx), r_ps[wider])
-            r_floor[wider] = f_top.gather(1, (f_kept - 1).view(-1, 1)).squeeze(1)
-    floor[rest] = r_floor
+    scaled = scaled.to(torch.float32).contiguous()
+    width = min(vocab, TOP_CANDIDATES)
+    vals = torch.full((rows, width), -float("inf"), device=scaled.device, dtype=torch.float32)
+    stats = torch.empty((rows, 4), device=scaled.device, dtype=torch.float32)
+    cuts = torch.tensor(_CUTS, device=scaled.device, dtype=torch.float32)
+    _candidates_kernel[(rows,)](
+        scaled, scaled.stride(0), ks.to(torch.int32).contiguous(), ps.contiguous(), cuts, vals, stats,
+        vocab, width, _P_MARGIN, BLOCK=_CAND_BLOCK, NCUT=len(_CUTS), num_warps=8,
+    )
+    m, total, n, covers = stats.unbind(1)
+    floor = _floor_among(vals.sort(dim=-1, descending=True).values, m, total, n, covers > 0, ks, ps)
+    wide = (n > width).nonzero().squeeze(1)
+    if wide.numel():  # every token is a candidate: both floors are exact
+        ordered = scaled[wide].sort(dim=-1, descending=True).values
+        every = torch.full_like(n[wide], float(vocab))
+        floor[wide] = _floor_among(ordered, m[wide], total[wide], every, every > 0, ks[wide], ps[wide])
     return floor
+
+
+def _floor_among(
+    ordered: torch.Tensor, m: torch.Tensor, total: torch.Tensor, n: torch.Tensor, covers: torch.Tensor,
+    ks: torch.Tensor, ps: torch.Tensor,
+) -> torch.Tensor:
+    """The top-k / top-p floor of rows whose ``n`` best values lead ``ordered`` (descending)."""
+    width = ordered.shape[1]
+    kth = ordered.gather(1, (ks.clamp(min=1, max=width) - 1).view(-1, 1)).squeeze(1)
+    kth = torch.where((ks > 0) & (ks <= n), kth, -float("inf"))
+    probs = torch.exp(ordered - m.view(-1, 1)) / total.view(-1, 1)
+    kept = _nucleus(probs, ps)
+    last = ordered.gather(1, (kept - 1).view(-1, 1)).squeeze(1)
+    last = torch.where((ps < 1.0) & covers, last, -float("inf"))
+    return torch.maximum(kth, last)
 
 
 def sample(

@@ -153,12 +153,12 @@ def test_filters_restrict_support_and_renormalise(filters, support):
     assert stat < {1: 10.9, 2: 13.9}[dof], (stat, counts)
 
 
-def test_top_p_window_and_full_sort_agree(monkeypatch):
-    batch = _batch(4, 500, temperature=3.0)  # flat: the nucleus is wider than a small window
+def test_candidates_and_full_sort_agree(monkeypatch):
+    batch = _batch(4, 500, temperature=3.0)  # flat: most nuclei are wider than 16 candidates
     batch["top_ps"][:] = torch.tensor([0.95, 0.5, 0.99, 0.2])
     scaled = batch["logits"] / batch["temperatures"]
     wide = rng.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
-    monkeypatch.setattr(rng, "TOP_P_WINDOW", 16)
+    monkeypatch.setattr(rng, "TOP_CANDIDATES", 16)
     narrow = rng.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
     assert torch.equal(wide, narrow)
 
@@ -209,6 +209,22 @@ def test_top_k_and_top_p_together_keep_their_intersection():
     fl = rng.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
     for i, (k, p) in enumerate(zip(batch["top_ks"].tolist(), batch["top_ps"].tolist())):
         assert fl[i].item() == pytest.approx(_reference_floor(scaled[i], min(k, 4000), p), abs=0), i
+
+
+@pytest.mark.parametrize("candidates", [16, 1024, 3000])
+def test_floors_match_the_reference_whichever_way_a_row_is_served(monkeypatch, candidates):
+    # rows served by their k best tokens (flat, k small), by their nucleus (peaked, k large or
+    # none), by both, or sorted whole (few candidates, or a nucleus wider than them)
+    g = torch.Generator().manual_seed(5)
+    temps = torch.tensor([3.0, 3.0, 0.3, 0.3, 1.0, 1.0, 0.5, 2.0])
+    ks = torch.tensor([20, ALL, 900, 40, 7, 2999, ALL, 3], dtype=torch.int32)
+    ps = torch.tensor([0.99, 0.9, 0.3, 0.95, 0.5, 0.8, 0.2, 1.0])
+    scaled = (torch.randn(8, 3000, generator=g) * 3) / temps.view(-1, 1)
+    scaled[4, 2500:] = -float("inf")  # tokens a row can never take
+    monkeypatch.setattr(rng, "TOP_CANDIDATES", candidates)
+    fl = rng.floors(scaled, ks, ps, torch.zeros(8))
+    for i in range(8):
+        assert fl[i].item() == _reference_floor(scaled[i], min(int(ks[i]), 3000), float(ps[i])), i
 
 
 def test_a_rows_floor_does_not_depend_on_the_other_rows_filters():
