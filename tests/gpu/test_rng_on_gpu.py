@@ -52,6 +52,7 @@ def test_floors_are_row_local_in_any_batch_with_any_filters():
     assert torch.equal(full, alone)
     order = torch.randperm(rows, device="cuda", generator=g)
     assert torch.equal(rng.floors(scaled[order], ks[order], ps[order], nothing[order]), full[order])
-    # every row's floor keeps between 1 and its k tokens (a real filter, not -inf everywhere)
+    # every row's floor keeps between 1 and its k tokens (a real filter, not -inf everywhere);
+    # k = 1 rows are greedy: the sampler takes their arg-max, so top-k sets no floor for them
     kept = (scaled >= full.view(-1, 1)).sum(-1)
-    assert bool((kept >= 1).all()) and bool((kept[ks > 0] <= ks[ks > 0]).all())
+    assert bool((kept >= 1).all()) and bool((kept[ks > 1] <= ks[ks > 1]).all())
