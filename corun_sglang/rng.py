@@ -165,43 +165,70 @@ _CAND_BLOCK = 1024
 
 
 @triton.jit
-def _candidates_kernel(
-    scaled_ptr, stride_row, ks_ptr, ps_ptr, cuts_ptr, vals_ptr, stats_ptr, V, W, margin,
-    BLOCK: tl.constexpr, NCUT: tl.constexpr,
-):
-    """Row ``r``: its largest value m, its softmax denominator sum(exp(x - m)), and, at the nearest cut
-    above which the row holds at least k tokens or more than p (+ margin) of its probability, the
-    tokens at or above the cut (in index order into ``vals``, at most W of them).
-
-    Stats per row: m, the denominator, the number of tokens above the cut (V when no cut
-    serves: every token; 0 for a row with neither filter), and 1.0 when those tokens hold the
-    top-p nucleus. Every sum runs block by block in index order with the same tree: the row's
-    results depend on its values alone.
-    """
-    r = tl.program_id(0)
+def _cand_max_partial(scaled_ptr, stride_row, pmax_ptr, V, NCHUNK, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+    """Program (r, c): the largest value of chunk c of row r."""
+    r, c = tl.program_id(0), tl.program_id(1)
     row = scaled_ptr + r * stride_row
-    k = tl.load(ks_ptr + r)
-    p = tl.load(ps_ptr + r)
-    p_eff = p + margin
     m = tl.full((), -float("inf"), tl.float32)
-    for start in tl.range(0, V, BLOCK):
+    for start in tl.range(c * CHUNK, c * CHUNK + CHUNK, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         x = tl.load(row + offs, mask=offs < V, other=-float("inf"))
         m = tl.maximum(m, tl.max(x, axis=0))
+    tl.store(pmax_ptr + r * NCHUNK + c, m)
+
+
+@triton.jit
+def _cand_stats_partial(
+    scaled_ptr, stride_row, cuts_ptr, pmax_ptr, ptotal_ptr, pmass_ptr, pcount_ptr, V, NCHUNK,
+    CHUNK: tl.constexpr, BLOCK: tl.constexpr, NCUT: tl.constexpr, NCH: tl.constexpr,
+):
+    """Program (r, c): over chunk c of row r, sum(exp(x - m)) and, per cut, the mass exp(x - m) and
+    the count of tokens at or above m - cut (m: the row's largest value). Blocks in index order."""
+    r, c = tl.program_id(0), tl.program_id(1)
+    row = scaled_ptr + r * stride_row
+    chunks = tl.arange(0, NCH)
+    m = tl.max(tl.load(pmax_ptr + r * NCHUNK + chunks, mask=chunks < NCHUNK, other=-float("inf")), axis=0)
     cut_ids = tl.arange(0, NCUT)
     lim = m - tl.load(cuts_ptr + cut_ids)
     total = tl.full((), 0.0, tl.float32)
     mass = tl.zeros((NCUT,), tl.float32)
     count = tl.zeros((NCUT,), tl.int32)
-    for start in tl.range(0, V, BLOCK):
+    for start in tl.range(c * CHUNK, c * CHUNK + CHUNK, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         x = tl.load(row + offs, mask=offs < V, other=-float("inf"))
         e = tl.exp(x - m)
         total += tl.sum(e, axis=0)
-        above = x[None, :] >= lim[:, None]
+        above = (x[None, :] >= lim[:, None]) & (offs < V)[None, :]
         mass += tl.sum(tl.where(above, e[None, :], 0.0), axis=1)
         count += tl.sum(above.to(tl.int32), axis=1)
-    holds_p = mass > p_eff * total
+    at = (r * NCHUNK + c) * NCUT + cut_ids
+    tl.store(ptotal_ptr + r * NCHUNK + c, total)
+    tl.store(pmass_ptr + at, mass)
+    tl.store(pcount_ptr + at, count)
+
+
+@triton.jit
+def _cand_select(
+    ks_ptr, ps_ptr, cuts_ptr, pmax_ptr, ptotal_ptr, pmass_ptr, pcount_ptr, stats_ptr, offsets_ptr, V, NCHUNK,
+    margin, NCUT: tl.constexpr, NCH: tl.constexpr,
+):
+    """Row r: its largest value m, its softmax denominator, and the nearest cut above which it holds at
+    least k tokens or more than p (+ margin) of its probability; each chunk's first slot among the
+    tokens at or above that cut. Chunk partials are added with one fixed tree (NCH wide)."""
+    r = tl.program_id(0)
+    k = tl.load(ks_ptr + r)
+    p = tl.load(ps_ptr + r)
+    chunks = tl.arange(0, NCH)
+    live = chunks < NCHUNK
+    cut_ids = tl.arange(0, NCUT)
+    m = tl.max(tl.load(pmax_ptr + r * NCHUNK + chunks, mask=live, other=-float("inf")), axis=0)
+    lim = m - tl.load(cuts_ptr + cut_ids)
+    total = tl.sum(tl.load(ptotal_ptr + r * NCHUNK + chunks, mask=live, other=0.0), axis=0)
+    at = (r * NCHUNK + chunks[:, None]) * NCUT + cut_ids[None, :]
+    mass = tl.sum(tl.load(pmass_ptr + at, mask=live[:, None], other=0.0), axis=0)
+    counts = tl.load(pcount_ptr + at, mask=live[:, None], other=0)
+    count = tl.sum(counts, axis=0)
+    holds_p = mass > (p + margin) * total
     serves = holds_p | ((k > 0) & (count >= k))
     first = tl.min(tl.where(serves, cut_ids, NCUT), axis=0)
     found = first < NCUT
@@ -209,13 +236,28 @@ def _candidates_kernel(
     t = tl.where(found, tl.sum(tl.where(cut_ids == first, lim, 0.0), axis=0), -float("inf"))
     n = tl.where(found, tl.sum(tl.where(cut_ids == first, count, 0), axis=0), tl.where(needed, V, 0))
     covers = tl.where(found, tl.sum(tl.where((cut_ids == first) & holds_p, 1.0, 0.0), axis=0), 1.0)
-    tl.store(stats_ptr + r * 4 + 0, m)
-    tl.store(stats_ptr + r * 4 + 1, total)
-    tl.store(stats_ptr + r * 4 + 2, n.to(tl.float32))
-    tl.store(stats_ptr + r * 4 + 3, covers)
+    tl.store(stats_ptr + r * 5 + 0, m)
+    tl.store(stats_ptr + r * 5 + 1, total)
+    tl.store(stats_ptr + r * 5 + 2, n.to(tl.float32))
+    tl.store(stats_ptr + r * 5 + 3, covers)
+    tl.store(stats_ptr + r * 5 + 4, t)
+    per_chunk = tl.sum(tl.where(cut_ids[None, :] == first, counts, 0), axis=1)
+    tl.store(offsets_ptr + r * NCHUNK + chunks, tl.cumsum(per_chunk, axis=0) - per_chunk, mask=live)
+
+
+@triton.jit
+def _cand_gather(
+    scaled_ptr, stride_row, stats_ptr, offsets_ptr, vals_ptr, V, W, NCHUNK, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Program (r, c): row r's tokens at or above its cut within chunk c, written in index order from
+    the chunk's first slot (only when the row's n tokens fit in W)."""
+    r, c = tl.program_id(0), tl.program_id(1)
+    n = tl.load(stats_ptr + r * 5 + 2).to(tl.int32)
     if (n > 0) & (n <= W):
-        base = tl.full((), 0, tl.int32)
-        for start in tl.range(0, V, BLOCK):
+        t = tl.load(stats_ptr + r * 5 + 4)
+        row = scaled_ptr + r * stride_row
+        base = tl.load(offsets_ptr + r * NCHUNK + c)
+        for start in tl.range(c * CHUNK, c * CHUNK + CHUNK, BLOCK):
             offs = start + tl.arange(0, BLOCK)
             x = tl.load(row + offs, mask=offs < V, other=-float("inf"))
             sel = ((x >= t) & (offs < V)).to(tl.int32)
@@ -305,13 +347,27 @@ def _top_floor(scaled: torch.Tensor, ks: torch.Tensor, ps: torch.Tensor) -> torc
     scaled = scaled.to(torch.float32).contiguous()
     width = min(vocab, TOP_CANDIDATES)
     vals = torch.full((rows, width), -float("inf"), device=scaled.device, dtype=torch.float32)
-    stats = torch.empty((rows, 4), device=scaled.device, dtype=torch.float32)
+    stats = torch.empty((rows, 5), device=scaled.device, dtype=torch.float32)
     cuts = torch.tensor(_CUTS, device=scaled.device, dtype=torch.float32)
-    _candidates_kernel[(rows,)](
-        scaled, scaled.stride(0), ks.to(torch.int32).contiguous(), ps.contiguous(), cuts, vals, stats,
-        vocab, width, _P_MARGIN, BLOCK=_CAND_BLOCK, NCUT=len(_CUTS), num_warps=8,
+    _, chunk, nchunk = _chunking(vocab)
+    block, ncut, nch = min(_CAND_BLOCK, chunk), len(_CUTS), triton.next_power_of_2(max(nchunk, 2))
+    f32 = dict(device=scaled.device, dtype=torch.float32)
+    pmax, ptotal = torch.empty((rows, nchunk), **f32), torch.empty((rows, nchunk), **f32)
+    pmass = torch.empty((rows, nchunk, ncut), **f32)
+    pcount = torch.empty((rows, nchunk, ncut), device=scaled.device, dtype=torch.int32)
+    offsets = torch.empty((rows, nchunk), device=scaled.device, dtype=torch.int32)
+    grid = (rows, nchunk)
+    _cand_max_partial[grid](scaled, scaled.stride(0), pmax, vocab, nchunk, CHUNK=chunk, BLOCK=block)
+    _cand_stats_partial[grid](
+        scaled, scaled.stride(0), cuts, pmax, ptotal, pmass, pcount, vocab, nchunk,
+        CHUNK=chunk, BLOCK=block, NCUT=ncut, NCH=nch, num_warps=8,
     )
-    m, total, n, covers = stats.unbind(1)
+    _cand_select[(rows,)](
+        ks.to(torch.int32).contiguous(), ps.to(torch.float32).contiguous(), cuts, pmax, ptotal, pmass, pcount,
+        stats, offsets, vocab, nchunk, _P_MARGIN, NCUT=ncut, NCH=nch,
+    )
+    _cand_gather[grid](scaled, scaled.stride(0), stats, offsets, vals, vocab, width, nchunk, CHUNK=chunk, BLOCK=block)
+    m, total, n, covers, _ = stats.unbind(1)
     floor = _floor_among(vals.sort(dim=-1, descending=True).values, m, total, n, covers > 0, ks, ps)
     wide = (n > width).nonzero().squeeze(1)
     if wide.numel():  # every token is a candidate: both floors are exact

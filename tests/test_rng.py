@@ -227,6 +227,19 @@ def test_floors_match_the_reference_whichever_way_a_row_is_served(monkeypatch, c
         assert fl[i].item() == _reference_floor(scaled[i], min(int(ks[i]), 3000), float(ps[i])), i
 
 
+def test_floors_match_the_reference_across_many_vocabulary_chunks():
+    # 40,000 tokens make 10 chunks: each row's candidates are gathered from every chunk that holds some
+    g = torch.Generator().manual_seed(6)
+    temps = torch.tensor([3.0, 0.3, 1.0, 2.0])
+    ks = torch.tensor([900, ALL, 50, 7], dtype=torch.int32)
+    ps = torch.tensor([0.99, 0.9, 1.0, 0.5])
+    scaled = (torch.randn(4, 40000, generator=g) * 3) / temps.view(-1, 1)
+    assert rng._chunking(40000)[2] == 10
+    fl = rng.floors(scaled, ks, ps, torch.zeros(4))
+    for i in range(4):
+        assert fl[i].item() == _reference_floor(scaled[i], min(int(ks[i]), 40000), float(ps[i])), i
+
+
 def test_a_rows_floor_does_not_depend_on_the_other_rows_filters():
     batch = _batch(4, 2000, seed=11, temperature=0.8)
     batch["top_ks"][:] = torch.tensor([20, 300, ALL, 5], dtype=torch.int32)  # k-max 300 with row 1

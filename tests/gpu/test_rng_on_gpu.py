@@ -1,4 +1,4 @@
-"""``rng`` on a GPU: the top-p nucleus is row-local, where PyTorch's own scan is not."""
+"""``rng`` on a GPU: the top-p nucleus and the top-k / top-p floors are row-local, where PyTorch's own scan is not."""
 
 import torch
 
@@ -31,3 +31,28 @@ def test_softmax_rows_are_slot_invariant_where_torch_is_not():
     assert not torch.equal(torch.log_softmax(shifted, -1)[1:], torch.log_softmax(x, -1)[:-1])
     for log in (False, True):
         assert torch.equal(rng.softmax_rows(shifted, log=log)[1:], rng.softmax_rows(x, log=log)[:-1])
+
+
+def test_floors_are_row_local_in_any_batch_with_any_filters():
+    g = torch.Generator(device="cuda").manual_seed(2)
+    rows, vocab = 256, 151936
+    scaled = torch.randn(rows, vocab, device="cuda", generator=g) * 3 / 0.6
+    ks = torch.randint(0, 200, (rows,), device="cuda", generator=g).to(torch.int32)  # 0: no top-k
+    ps = torch.rand(rows, device="cuda", generator=g).clamp(min=0.05)
+    ps[::4] = 1.0  # top-k only
+    nothing = torch.zeros(rows, device="cuda")
+    full = rng.floors(scaled, ks, ps, nothing)
+    # negative control: the sorted-probability prefix sums a batch-wide top-p computes follow the batch
+    ordered = torch.softmax(scaled, -1).sort(-1, descending=True).values
+    alone_sums = torch.cat([torch.cumsum(ordered[i : i + 1], -1) for i in range(rows)])
+    assert not torch.equal(torch.cumsum(ordered, -1), alone_sums)
+    del ordered, alone_sums
+    alone = torch.cat([rng.floors(scaled[i : i + 1], ks[i : i + 1], ps[i : i + 1], nothing[i : i + 1])
+                       for i in range(rows)])
+    assert torch.equal(full, alone)
+    order = torch.randperm(rows, device="cuda", generator=g)
+    assert torch.equal(rng.floors(scaled[order], ks[order], ps[order], nothing[order]), full[order])
+    # every row's floor keeps between 1 and its k tokens (a real filter, not -inf everywhere);
+    # k = 1 rows are greedy: the sampler takes their arg-max, so top-k sets no floor for them
+    kept = (scaled >= full.view(-1, 1)).sum(-1)
+    assert bool((kept >= 1).all()) and bool((kept[ks > 1] <= ks[ks > 1]).all())
