@@ -299,36 +299,38 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     assert run.main(["s2" if a == "s1" else a for a in argv]) == 0 and len(out.read_text().splitlines()) == 8
 
 
-def test_rows_at_tp_2_are_labelled_apart_from_tp_1(tmp_path, monkeypatch):
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    """``run.py`` against ``_StandIn`` servers on an empty checkpoint, workloads of (8, 3) requests:
+    the results file and the options every such run shares."""
     import corun_sglang.launch
 
     monkeypatch.setattr(corun_sglang.launch, "Server", _StandIn)
     monkeypatch.setattr(_StandIn, "one_at_a_time", False, raising=False)
-    monkeypatch.setattr(_StandIn, "alive", [])
-    monkeypatch.setattr(_StandIn, "started", [])
+    for name in ("alive", "started", "instances"):
+        monkeypatch.setattr(_StandIn, name, [])
     monkeypatch.setattr(workloads, "lengths", lambda name, n: [(8, 3)] * n)
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "config.json").write_text("{}")
     out = tmp_path / "runs.jsonl"
-    argv = ["--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--logs", str(tmp_path / "logs"),
-            "--workloads", "fixed-1024-128", "--requests", "2", "--concurrency", "2", "--reps", "1",
-            "--arms", "CoRun", "--max-total-tokens", "5000", "--shape", "qwen3-8b"]
+    return out, ["--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--logs", str(tmp_path / "logs"),
+                 "--workloads", "fixed-1024-128", "--requests", "2", "--concurrency", "2", "--reps", "1",
+                 "--max-total-tokens", "5000"]
+
+
+def test_rows_at_tp_2_are_labelled_apart_from_tp_1(stand_in):
+    out, argv = stand_in
+    argv += ["--arms", "CoRun", "--shape", "qwen3-8b"]
     assert run.main(argv) == 0 and run.main(argv + ["--tp-size", "2"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["shape"], r["tp"]) for r in rows] == [("qwen3-8b", 1), ("qwen3-8b-tp2", 2)]
     assert rows[1]["server_command"][rows[1]["server_command"].index("--tp-size") + 1] == "2"
 
 
-def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(tmp_path, monkeypatch):
-    import corun_sglang.launch
+def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(stand_in, monkeypatch):
     from corun_sglang import tiers, verify_tiers
 
-    monkeypatch.setattr(corun_sglang.launch, "Server", _StandIn)
-    monkeypatch.setattr(_StandIn, "one_at_a_time", False, raising=False)
-    monkeypatch.setattr(_StandIn, "alive", [])
-    monkeypatch.setattr(_StandIn, "started", [])
-    monkeypatch.setattr(_StandIn, "instances", [])
-    monkeypatch.setattr(workloads, "lengths", lambda name, n: [(8, 3)] * n)
+    out, argv = stand_in
     verified = []
 
     def verify(model_path, candidates, n, out, log, server_args=(), static_gb=None, **_):
@@ -338,17 +340,13 @@ def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(tmp_pa
         return record
 
     monkeypatch.setattr(verify_tiers, "verify", verify)
-    (tmp_path / "ckpt").mkdir()
-    (tmp_path / "ckpt" / "config.json").write_text("{}")
-    out = tmp_path / "runs.jsonl"
-    argv = ["--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--logs", str(tmp_path / "logs"),
-            "--workloads", "fixed-1024-128", "--requests", "2", "--concurrency", "2", "--reps", "1",
-            "--arms", "CoRun,CoRun-tiers", "--max-total-tokens", "5000", "--tier-candidates", "128,64,72"]
+    argv += ["--arms", "CoRun,CoRun-tiers", "--tier-candidates", "128,64,72"]
     assert run.main(argv) == 0
     assert verified == [([64, 72, 128], 256, verified[0][2])] and "--max-total-tokens" in verified[0][2]
     rows = {r["arm"]: r for r in map(json.loads, out.read_text().splitlines())}
     command = rows["CoRun-tiers"]["server_command"]
-    assert command[command.index("--corun-decode-tiers") + 1] == str(tmp_path / "logs" / "tiers-qwen3-8b-n256.json")
+    logs = Path(argv[argv.index("--logs") + 1])
+    assert command[command.index("--corun-decode-tiers") + 1] == str(logs / "tiers-qwen3-8b-n256.json")
     assert rows["CoRun-tiers"]["decode_tiers"] == [72, 128] and "--corun-decode-tiers" not in rows["CoRun"]["server_command"]
     out.unlink()
     assert run.main(argv) == 0 and len(verified) == 1  # the record is verified once per checkpoint and N
