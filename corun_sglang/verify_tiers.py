@@ -63,11 +63,6 @@ def corunner_tokens(n: int, needle_tokens: int) -> int:
     return needle_tokens + n + 64
 
 
-def generation(body: Mapping) -> Generation:
-    steps = body["meta_info"]["output_token_logprobs"]
-    return Generation.of([s[1] for s in steps], [s[0] for s in steps])
-
-
 Sender = Callable[[list[dict], dict], Generation]
 
 
@@ -105,7 +100,7 @@ def http_sender(url: str, timeout: float = 900) -> Sender:
             with httpx.Client(timeout=timeout) as client:
                 reply = client.post(url + "/generate", json=needle)
             reply.raise_for_status()
-            return generation(reply.json())
+            return Generation.of_reply(reply.json())
 
     return run
 
