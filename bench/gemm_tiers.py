@@ -32,8 +32,12 @@ DEFAULT_SIZES = [1, 2, 4, 8, 12, 16] + list(range(24, 257, 8))
 
 
 def layers(shape: str, tp_size: int = 1) -> dict[str, tuple[int, int]]:
-    """Layer name -> (K, N) of its GEMM on one tensor-parallel rank."""
-    c = synthetic.hf_config(shape)
+    """Layer name -> (K, N) of its GEMM on one tensor-parallel rank, for a synthetic shape."""
+    return layers_of(synthetic.hf_config(shape), tp_size)
+
+
+def layers_of(c: dict, tp_size: int = 1) -> dict[str, tuple[int, int]]:
+    """Layer name -> (K, N) of its GEMM on one tensor-parallel rank, for a Qwen3 config (config.json)."""
     h, d = c["hidden_size"], c["head_dim"]
     q, kv = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
     out = {

@@ -38,8 +38,10 @@ import serverlog  # noqa: E402
 
 ARMS = ("STD", "BI", "CoRun")
 ABLATION_ARMS = ("SplitKV-off", "SplitKV-off+IsoPrefill")
+#: CoRun serving verified decode tiers (``corun-sglang verify-tiers``) besides the N-slot graph.
+TIERS_ARM = "CoRun-tiers"
 #: Every arm, in the order tables and plots show them.
-ORDER = ("STD", "BI", *ABLATION_ARMS, "CoRun")
+ORDER = ("STD", "BI", *ABLATION_ARMS, "CoRun", TIERS_ARM)
 
 
 def load(path: Path) -> list[dict]:
@@ -261,7 +263,7 @@ def paired_ratios(rows: list[dict], key: tuple, num: str, den: str, field: str =
 
 
 #: The targets: (name, numerator arm, denominator arm, field, threshold, applies to (shape, concurrency, cell)).
-TARGETS = (
+_TARGETS = (
     ("CoRun >= 1.3x BI where BI is slower than STD", "CoRun", "BI", "output_throughput", 1.3,
      lambda shape, n, c, key: (ratio(c, key, "BI", "STD") or 1) < 1),
     ("CoRun >= 0.8x STD at concurrency 256, dense", "CoRun", "STD", "output_throughput", 0.8,
@@ -269,6 +271,8 @@ TARGETS = (
     ("decode phase: CoRun >= 0.9x STD", "CoRun", "STD", "decode_phase_throughput", 0.9,
      lambda shape, n, c, key: bool((c.get((*key, "STD")) or {}).get("decode_phase_throughput"))),
 )
+#: Each target for CoRun, then for CoRun with decode tiers (where a study ran that arm).
+TARGETS = _TARGETS + tuple((name.replace("CoRun", TIERS_ARM, 1), TIERS_ARM, *rest) for name, _, *rest in _TARGETS)
 
 
 def is_moe(shape: str) -> bool:
@@ -292,6 +296,31 @@ def targets_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
                 lines.append(f"| {name} | {study or '-'} | {key[0]} | {key[1]} | {key[2]} | {mid:.2f} "
                              f"({min(values):.2f}-{max(values):.2f}) | {'yes' if mid >= threshold else '**no**'} |")
     return lines if len(lines) > 2 else []
+
+
+def tiers_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
+    """Markdown: CoRun with and without decode tiers, relative to STD, with TPOT and the tiers served."""
+    keys = [(study, key) for study, (_, c) in groups.items() for key in sorted({k[:3] for k in c if k[3] == TIERS_ARM})]
+    if not keys:
+        return []
+    lines = ["## Decode tiers (output throughput relative to STD, medians)", "",
+             "| study | shape | workload | concurrency | CoRun | CoRun-tiers | CoRun-tiers / CoRun "
+             "| TPOT ms STD / CoRun / CoRun-tiers | tiers |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |"]
+    for study, key in keys:
+        rows, c = groups[study]
+        tpot = " / ".join(_fmt_ms((c.get((*key, arm)) or {}).get("median_tpot_ms")) for arm in ("STD", "CoRun", TIERS_ARM))
+        served = sorted({tuple(r.get("decode_tiers") or ()) for r in rows
+                         if r["arm"] == TIERS_ARM and (r["shape"], r["workload"], r["concurrency"]) == key})
+        vals = [_fmt(ratio(c, key, "CoRun", "STD")), _fmt(ratio(c, key, TIERS_ARM, "STD")),
+                _fmt(ratio(c, key, TIERS_ARM, "CoRun"))]
+        lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | " + " | ".join(vals)
+                     + f" | {tpot} | {'; '.join(', '.join(map(str, t)) for t in served) or '-'} |")
+    return lines + [""]
+
+
+def _fmt_ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
 
 
 def sampler_table(results: list[dict]) -> list[str]:
@@ -356,6 +385,7 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
             vals = [_fmt(ratio(groups[study][1], key, arm, "STD")) for arm in ABLATION_ARMS + ("CoRun",)]
             lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | " + " | ".join(vals) + " |")
         lines.append("")
+    lines += tiers_table(groups)
     lines.append("Throughput cells: median (min-max) over repetitions.")
     return "\n".join(lines) + "\n"
 

@@ -41,6 +41,8 @@ ARMS = {
     "STD": [],
     "BI": ["--enable-deterministic-inference"],
     "CoRun": ["--corun"],
+    # CoRun with decode tiers: the sizes of --tier-candidates that corun-sglang verify-tiers keeps
+    "CoRun-tiers": ["--corun"],
     # ablations (``--arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun``)
     "SplitKV-off": ["--corun-ablation", "splitkv-off"],
     "SplitKV-off+IsoPrefill": ["--corun-ablation", "splitkv-off+isolated-prefill"],
@@ -77,6 +79,20 @@ def schedule(arms: list[str], reps: int) -> list[tuple[int, str]]:
     return [(rep, arms[(k - rep) % len(arms)]) for rep in range(reps) for k in range(len(arms))]
 
 
+def tiers_record(args, label: str, ckpt, shared: list[str]):
+    """The decode tiers record of this checkpoint and server options: verified once, kept in the logs folder."""
+    from corun_sglang import tiers, verify_tiers
+
+    path = Path(args.logs) / f"tiers-{label}-n{args.max_running_requests}.json"
+    if path.exists():
+        return tiers.load(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = verify_tiers.verify(str(ckpt), tiers.parse_sizes(args.tier_candidates), args.max_running_requests,
+                                 path, path.with_suffix(".log"), server_args=shared, static_gb=args.static_gb)
+    print(verify_tiers.render(record), flush=True)
+    return tiers.load(path)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_options(parser, out="docs/results/bench/runs.jsonl",
@@ -96,6 +112,8 @@ def main(argv=None) -> int:
     parser.add_argument("--chunked-prefill-size", type=int, default=8192)
     parser.add_argument("--warmup", type=int, default=64,
                         help="unrecorded requests each server serves before its first measured run (0: none)")
+    parser.add_argument("--tier-candidates", default="64,72,88,96,104,128,160,192,224",
+                        help="decode graph sizes verified (corun-sglang verify-tiers) for the CoRun-tiers arm")
     parser.add_argument("--tp-size", type=int, default=1,
                         help="tensor-parallel size; rows of TP > 1 are labelled SHAPE-tpN")
     args = parser.parse_args(argv)
@@ -127,6 +145,7 @@ def main(argv=None) -> int:
         *(["--max-total-tokens", str(args.max_total_tokens)] if args.max_total_tokens else []),
         *args.server_args.split(),
     ]
+    record = tiers_record(args, label, ckpt, shared) if "CoRun-tiers" in arms else None
     servers = {}
     warmed = []  # servers that have served their warm-up
 
@@ -135,7 +154,8 @@ def main(argv=None) -> int:
             if args.one_at_a_time:
                 for other in list(servers):
                     servers.pop(other).stop()
-            servers[arm] = Server(str(ckpt), ARMS[arm] + shared, Path(args.logs) / f"{arm}.log",
+            tiered = ["--corun-decode-tiers", record.source] if arm == "CoRun-tiers" else []
+            servers[arm] = Server(str(ckpt), ARMS[arm] + tiered + shared, Path(args.logs) / f"{arm}.log",
                                   timeout=900, static_gb=args.static_gb)
         return servers[arm]
 
@@ -164,6 +184,7 @@ def main(argv=None) -> int:
                 "server_command": server.command, **client.summarize(records, duration, wave=c),
                 "timeline": client.timeline(records, [len(b["input_ids"]) for b in bodies]),
                 "decode_steps": steps,
+                **({"decode_tiers": list(record.tiers)} if arm == "CoRun-tiers" else {}),
             }
             with open(out, "a") as f:
                 f.write(json.dumps(row) + "\n")

@@ -8,6 +8,8 @@
 #                   (the whole GPU's KV pool for each arm), 3 reps
 #   dense-sweep     qwen3-8b, sharegpt at concurrency 16, 32, 64, 128, 256 (a study of its own), 3 reps
 #   dense-ablation  qwen3-8b, sharegpt, fixed-64-448 and azure-conv: STD, split-KV off, + isolated prefill, CoRun
+#   dense-tiers     qwen3-8b, sharegpt at concurrency 16, 64, 256: STD, CoRun, and CoRun with the decode
+#                   tiers corun-sglang verify-tiers keeps (verified once, before the first server starts)
 #   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 8, 32, 64, 128, 256, and STD
 #   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
@@ -37,6 +39,8 @@ for spec in "$@"; do
         dense-ablation) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 \
             --arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun --static-gb 30 \
             --workloads "$(only sharegpt,fixed-64-448,azure-conv)" ;;
+        dense-tiers) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,64,256 --arms STD,CoRun,CoRun-tiers \
+            --workloads "$(only sharegpt)" ;;
         dense-padding) python3 bench/padding.py --shape qwen3-8b --n 1,8,32,64,128,256 --reps 3 \
             --out "$results/padding.jsonl" --logs "$results/logs" ;;
         moe-core) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \

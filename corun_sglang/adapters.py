@@ -59,18 +59,46 @@ def scheduler_init(original, self, server_args, *args, **kwargs):
 
 
 def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
-    """After the decode CUDA-graph runner is built: it must hold exactly one graph, of size N."""
+    """After the decode CUDA-graph runner is built: it holds the graphs of N and of the decode tiers, no
+    other, and a tiers record was verified in this environment (``tiers.mismatches`` is empty)."""
     server_args = model_runner.server_args
-    if _corun(server_args):
-        n = server_args.max_running_requests
-        if list(self.capture_bs) != [n]:
-            raise CorunContractError(
-                f"decode CUDA graphs resolved to batch sizes {list(self.capture_bs)}, not [{n}]: "
-                f"the request pool holds {model_runner.req_to_token_pool.size} requests. "
-                f"Fix: lower --max-running-requests to at most that, or give the KV cache "
-                f"more memory (--mem-fraction-static)"
-            )
+    if not _corun(server_args):
+        return result
+    from corun_sglang import config, tiers
+
+    expected = config.decode_sizes(server_args)
+    if list(self.capture_bs) != expected:
+        raise CorunContractError(
+            f"decode CUDA graphs resolved to batch sizes {list(self.capture_bs)}, not {expected}: "
+            f"the request pool holds {model_runner.req_to_token_pool.size} requests. "
+            f"Fix: lower --max-running-requests to at most that, or give the KV cache "
+            f"more memory (--mem-fraction-static)"
+        )
+    if not config.decode_tiers(server_args):
+        return result
+    env = _tier_environment(model_runner)
+    record = getattr(server_args, config.TIER_RECORD_ATTR, None)
+    if record is None:  # unverified candidates: tell verify-tiers where they ran
+        logger.warning(tiers.environment_line(env))
+        return result
+    differ = tiers.mismatches(record.environment, env)
+    if differ:
+        raise CorunContractError(
+            f"--corun-decode-tiers {record.source} was verified in another environment ("
+            + "; ".join(differ) + "). Fix: run `corun-sglang verify-tiers` here, or drop --corun-decode-tiers"
+        )
     return result
+
+
+def _tier_environment(model_runner) -> dict:
+    import torch
+
+    from corun_sglang import tiers
+
+    return tiers.environment(
+        model_runner.model_config.hf_config.to_dict(), model_runner.model_config.dtype, model_runner.server_args,
+        gpu=torch.cuda.get_device_name(torch.cuda.current_device()), cuda=torch.version.cuda, installed=tiers.versions(),
+    )
 
 
 # ----------------------------------------------------------------- isolated prefill, admission
@@ -123,11 +151,11 @@ def retract_decode(original, self, server_args, *args, **kwargs):
 
 
 def eager_decode(original, self, forward_batch, *args, **kwargs):
-    """A decode step never runs eagerly under ``--corun``: it replays the size-N graph or stops."""
+    """A decode step never runs eagerly under ``--corun``: it replays a captured decode graph or stops."""
     if _corun(self.model_runner.server_args):
         raise CorunContractError(
             f"a decode step of {forward_batch.batch_size} requests was about to run eagerly "
-            "instead of replaying the size-N CUDA graph"
+            "instead of replaying a captured decode CUDA graph"
         )
     return original(self, forward_batch, *args, **kwargs)
 

@@ -47,6 +47,37 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in reports) else 1
 
 
+def _verify_tiers(args: argparse.Namespace) -> int:
+    import shlex
+    from pathlib import Path
+
+    from corun_sglang import tiers, verify_tiers
+
+    try:
+        candidates = tiers.parse_sizes(args.candidates)
+    except tiers.TiersError as exc:
+        print(f"corun-sglang verify-tiers: {exc}", file=sys.stderr)
+        return 2
+    wide = [m for m in candidates if m >= args.max_running_requests]
+    if wide:
+        print(f"corun-sglang verify-tiers: candidates {wide} are not below N = {args.max_running_requests}",
+              file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    log = Path(args.log) if args.log else out.with_suffix(".server.log")
+    try:
+        record = verify_tiers.verify(
+            args.model_path, candidates, args.max_running_requests, out, log, shlex.split(args.server_args),
+            needle_count=args.needles, needle_tokens=args.tokens, seed=args.seed, static_gb=args.static_gb,
+        )
+    except Exception as exc:  # the server or the probe failed: no record is written
+        print(f"corun-sglang verify-tiers: could not complete the check: {exc} (server log: {log})", file=sys.stderr)
+        return 2
+    print(verify_tiers.render(record))
+    print(f"record: {out}; serve it with --corun --corun-decode-tiers {out}")
+    return 0
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from corun_sglang import doctor
 
@@ -91,6 +122,26 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--ignore-eos", action="store_true",
                    help="ask for exactly --max-tokens tokens (SGLang/vLLM extension)")
     v.set_defaults(func=_verify)
+
+    t = sub.add_parser(
+        "verify-tiers",
+        help="find the decode graph sizes below N that give a request the bits of the N-slot graph on "
+        "this GPU, and write the record --corun-decode-tiers serves",
+    )
+    t.add_argument("--model-path", required=True)
+    t.add_argument("--candidates", required=True,
+                   help="comma-separated sizes below N to check, e.g. 64,72,96,128,192")
+    t.add_argument("--out", required=True, help="the record to write (JSON)")
+    t.add_argument("--max-running-requests", type=int, default=256, help="N (default 256)")
+    t.add_argument("--server-args", default="",
+                   help="further server options, as the serving command will pass them (e.g. '--tp-size 2')")
+    t.add_argument("--needles", type=int, default=2, help="needle requests per size (default 2)")
+    t.add_argument("--tokens", type=int, default=32, help="tokens per needle (default 32)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--static-gb", type=float, default=None,
+                   help="static GPU memory (weights + KV pool) for the server, GiB (default: SGLang's)")
+    t.add_argument("--log", default=None, help="server log (default: next to --out)")
+    t.set_defaults(func=_verify_tiers)
 
     d = sub.add_parser(
         "doctor",

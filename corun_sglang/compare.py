@@ -22,6 +22,12 @@ class Generation:
     def of(cls, tokens: Sequence[int], logprobs: Sequence[float]) -> "Generation":
         return cls(tuple(int(t) for t in tokens), tuple(float(x) for x in logprobs))
 
+    @classmethod
+    def of_reply(cls, body) -> "Generation":
+        """From an SGLang ``/generate`` reply asked with ``return_logprob``."""
+        steps = body["meta_info"]["output_token_logprobs"]
+        return cls.of([s[1] for s in steps], [s[0] for s in steps])
+
 
 def _bits(x: float) -> bytes:
     return struct.pack("<d", x)

@@ -6,8 +6,9 @@ applies ``defaults()`` before SGLang resolves its options and ``resolve()``
 after, so that every decision below can be tested on plain objects.
 
 Invariants of a configuration that ``resolve()`` accepts:
-- decode runs one CUDA graph, of batch size N = ``max_running_requests``, with
-  padding (a smaller batch replays the size-N graph);
+- decode runs CUDA graphs only, of batch size N = ``max_running_requests`` and of
+  the decode tiers below N (``corun_sglang.tiers``; none unless given), with
+  padding (a smaller batch replays the smallest graph that holds it);
 - prefill and decode never share a batch (no mixed chunk), and the radix cache
   is off (a cache hit would change the prefill shape of a request);
 - prefill and decode attention run on FlashInfer;
@@ -131,8 +132,36 @@ def _prefill_graph_unverified(args: Any) -> bool:
     return backend is not None and backend not in PREFILL_GRAPH_BACKENDS
 
 
+#: The attribute of a server's args that holds its verified decode tiers record (``tiers.Record``).
+TIER_RECORD_ATTR = "_corun_tier_record"
+
+
+def decode_tiers(args: Any) -> tuple[int, ...]:
+    """The decode graph sizes below N: a verified record's tiers, or unverified candidates, or none."""
+    record = getattr(args, TIER_RECORD_ATTR, None)
+    if record is not None:
+        return tuple(record.tiers)
+    candidates = getattr(args, "corun_decode_tier_candidates", None)
+    if candidates:
+        from corun_sglang.tiers import TiersError, parse_sizes
+
+        try:
+            return tuple(parse_sizes(candidates))
+        except TiersError:  # reported by the server args' own check
+            return ()
+    return ()
+
+
+def decode_sizes(args: Any) -> list[int]:
+    """Every decode graph size a ``--corun`` server captures: its tiers, then N."""
+    from corun_sglang.tiers import capture_sizes
+
+    return capture_sizes(decode_tiers(args), args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS)
+
+
 def _decode_sizes_conflict(args: Any) -> bool:
     n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
+    sizes = decode_sizes(args)
     given = [
         ("bs", args.cuda_graph_bs_decode),
         ("max_bs", args.cuda_graph_max_bs_decode),
@@ -142,7 +171,7 @@ def _decode_sizes_conflict(args: Any) -> bool:
     for key, value in given:
         if value is None:
             continue
-        if key == "bs" and list(value) != [n]:
+        if key == "bs" and list(value) != sizes:
             return True
         if key == "max_bs" and value != n:
             return True
@@ -247,8 +276,15 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal(
         "--cuda-graph-bs-decode / --cuda-graph-max-bs-decode",
         _decode_sizes_conflict,
-        "--corun captures exactly one decode graph, of size N = --max-running-requests",
-        "drop the decode graph sizes, or set them to exactly N",
+        "--corun captures the decode graph of size N = --max-running-requests and the "
+        "verified tiers of --corun-decode-tiers, no other",
+        "drop the decode graph sizes (use --corun-decode-tiers for smaller verified graphs)",
+    ),
+    Refusal(
+        "--corun-decode-tiers / --corun-decode-tier-candidates",
+        lambda a: bool(getattr(a, "corun_decode_tiers", None)) and bool(getattr(a, "corun_decode_tier_candidates", None)),
+        "a server captures either verified tiers or candidates for verification",
+        "pass only one of them",
     ),
     Refusal(
         "--prefill-max-requests",
@@ -326,7 +362,7 @@ def defaults(args: Any) -> dict[str, Any]:
     return {
         **tp,
         "max_running_requests": n,
-        "cuda_graph_bs_decode": [n],
+        "cuda_graph_bs_decode": decode_sizes(args),
         "cuda_graph_max_bs_decode": n,
         "prefill_max_requests": PREFILL_REQUESTS_PER_BATCH,
         "disable_radix_cache": True,
@@ -341,6 +377,8 @@ class CorunConfig:
     """The resolved shape configuration of a ``--corun`` server."""
 
     decode_batch_size: int
+    decode_tiers: tuple[int, ...]
+    decode_tiers_verified: bool
     prefill_requests_per_batch: int
     prefill_graph: str
     chunked_prefill_size: int | None
@@ -349,10 +387,17 @@ class CorunConfig:
     sampling_backend: str | None
     random_seed: int | None
 
+    def _graphs(self) -> str:
+        if not self.decode_tiers:
+            return "padded, single graph"
+        if self.decode_tiers_verified:
+            return "padded to the smallest that holds a batch; tiers verified by --corun-decode-tiers"
+        return "padded to the smallest that holds a batch; UNVERIFIED tier candidates, not deterministic"
+
     def summary(self) -> str:
         """One log line with every shape decision."""
         return (
-            f"corun: decode graph bs=[{self.decode_batch_size}] (padded, single graph), "
+            f"corun: decode graph bs={[*self.decode_tiers, self.decode_batch_size]} ({self._graphs()}), "
             f"prefill {self.prefill_requests_per_batch} request/batch (graph: {self.prefill_graph}), "
             f"chunked_prefill_size={self.chunked_prefill_size}, page_size={self.page_size}, "
             f"attention={self.attention_backend} (no split-KV decode), "
@@ -381,12 +426,11 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
     SGLang's resolved (prefill, decode) pair.
     """
     problems = refusals(args)
-    n = args.max_running_requests
     graph = args.cuda_graph_config.decode
     if graph.backend != "full":
         problems.append(f"decode CUDA graph resolved to backend '{graph.backend}', not 'full'")
-    if list(graph.bs or []) != [n]:
-        problems.append(f"decode CUDA graph sizes resolved to {graph.bs}, not [{n}]")
+    if list(graph.bs or []) != decode_sizes(args):
+        problems.append(f"decode CUDA graph sizes resolved to {graph.bs}, not {decode_sizes(args)}")
     prefill_backend = args.cuda_graph_config.prefill.backend
     if prefill_backend not in PREFILL_GRAPH_BACKENDS:
         problems.append(
@@ -419,6 +463,8 @@ def resolve(args: Any, attention_backends: tuple[str, str]) -> CorunConfig:
         raise CorunConfigError(problems)
     return CorunConfig(
         decode_batch_size=args.max_running_requests,
+        decode_tiers=decode_tiers(args),
+        decode_tiers_verified=getattr(args, TIER_RECORD_ATTR, None) is not None,
         prefill_requests_per_batch=PREFILL_REQUESTS_PER_BATCH,
         prefill_graph=args.cuda_graph_config.prefill.backend,
         chunked_prefill_size=args.chunked_prefill_size,

@@ -24,7 +24,7 @@ from typing import Optional
 from sglang.srt.arg_groups.arg_utils import A
 from sglang.srt.server_args import ServerArgs as SGLangServerArgs
 
-from corun_sglang import config
+from corun_sglang import config, tiers
 from corun_sglang.startup import problems as startup_problems
 
 logger = logging.getLogger(__name__)
@@ -45,8 +45,25 @@ class CorunServerArgs(SGLangServerArgs):
         "(splitkv-off, splitkv-off+isolated-prefill) to measure their cost. "
         "Outputs are NOT deterministic.",
     ] = None
+    corun_decode_tiers: A[
+        Optional[str],
+        "With --corun: a decode tiers record written by `corun-sglang verify-tiers` on this model, "
+        "GPU and software. Its tiers, decode CUDA graphs smaller than N, are captured too, and a "
+        "lighter load replays the smallest that holds it; a request's tokens and logprobs are "
+        "the same in each. A record from another environment refuses to start.",
+    ] = None
+    corun_decode_tier_candidates: A[
+        Optional[str],
+        "For `corun-sglang verify-tiers` only: with --corun, also capture these decode graph sizes "
+        "(comma-separated, below N) unverified. Outputs are NOT deterministic.",
+    ] = None
 
     def __post_init__(self):
+        if not self.corun and (self.corun_decode_tiers or self.corun_decode_tier_candidates):
+            raise config.CorunConfigError(
+                ["--corun-decode-tiers / --corun-decode-tier-candidates: decode tiers are part of --corun. "
+                 "Fix: add --corun, or drop them"]
+            )
         if not self.corun:
             if self.corun_ablation is not None:
                 for name, value in config.ablation_defaults(self.corun_ablation).items():
@@ -59,7 +76,8 @@ class CorunServerArgs(SGLangServerArgs):
                 ["--corun-ablation: a benchmarking subset of --corun. Fix: pass only one of them"]
             )
         env, conflicts = config.collective_env(self, os.environ)
-        problems = startup_problems() + config.refusals(self) + conflicts
+        problems = startup_problems() + self._tier_problems() + conflicts
+        problems += config.refusals(self)
         if problems:
             raise config.CorunConfigError(problems)
         os.environ.update(env)  # inherited by the scheduler processes started later
@@ -68,6 +86,29 @@ class CorunServerArgs(SGLangServerArgs):
         super().__post_init__()
         self._corun_config = config.resolve(self, self.get_attention_backends())
         logger.info(self._corun_config.summary())
+
+    def _tier_problems(self) -> list[str]:
+        """Load ``--corun-decode-tiers`` (or parse the candidates); what keeps them from being served."""
+        n = self.max_running_requests or config.DEFAULT_MAX_RUNNING_REQUESTS
+        setattr(self, config.TIER_RECORD_ATTR, None)
+        try:
+            if self.corun_decode_tiers:
+                record = tiers.load(self.corun_decode_tiers)
+                found = tiers.problems(record, n)
+                if found:
+                    return [f"--corun-decode-tiers {self.corun_decode_tiers}: {p}. Fix: run "
+                            "`corun-sglang verify-tiers` with this N, or drop --corun-decode-tiers"
+                            for p in found]
+                setattr(self, config.TIER_RECORD_ATTR, record)
+            elif self.corun_decode_tier_candidates:
+                wide = [m for m in tiers.parse_sizes(self.corun_decode_tier_candidates) if m >= n]
+                if wide:
+                    return [f"--corun-decode-tier-candidates: {wide} are not below N = {n}. Fix: drop them"]
+                logger.warning("corun decode tier candidates %s: unverified, outputs are NOT deterministic",
+                               self.corun_decode_tier_candidates)
+        except tiers.TiersError as exc:
+            return [str(exc)]
+        return []
 
     @property
     def corun_config(self) -> config.CorunConfig:

@@ -190,6 +190,19 @@ def test_report_lists_ablations_relative_to_std(tmp_path):
     assert "| - | qwen3-8b | sharegpt | 256 | 0.95 | 0.92 | 0.90 |" in out.read_text()
 
 
+def test_report_tables_decode_tiers_and_checks_their_targets(tmp_path):
+    rows = [_row("STD", 0, "sharegpt", 1000), _row("CoRun", 0, "sharegpt", 600),
+            {**_row("CoRun-tiers", 0, "sharegpt", 850), "decode_tiers": [72, 128]}]
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "benchmarks.md"
+    report.main([str(runs), "--out", str(out)])
+    text = out.read_text()
+    assert "| - | qwen3-8b | sharegpt | 256 | 0.60 | 0.85 | 1.42 | 10.0 / 10.0 / 10.0 | 72, 128 |" in text
+    assert "| CoRun-tiers >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.85 (0.85-0.85) | yes |" in text
+    assert "| CoRun >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | **no** |" in text
+
+
 def test_report_compares_arms_only_within_a_study(tmp_path):
     rows = [{**_row(arm, rep, "sharegpt", t), "study": "core"}
             for rep in range(3) for arm, t in (("STD", 1000), ("BI", 400), ("CoRun", 800))]
@@ -286,24 +299,57 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     assert run.main(["s2" if a == "s1" else a for a in argv]) == 0 and len(out.read_text().splitlines()) == 8
 
 
-def test_rows_at_tp_2_are_labelled_apart_from_tp_1(tmp_path, monkeypatch):
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    """``run.py`` against ``_StandIn`` servers on an empty checkpoint, workloads of (8, 3) requests:
+    the results file and the options every such run shares."""
     import corun_sglang.launch
 
     monkeypatch.setattr(corun_sglang.launch, "Server", _StandIn)
     monkeypatch.setattr(_StandIn, "one_at_a_time", False, raising=False)
-    monkeypatch.setattr(_StandIn, "alive", [])
-    monkeypatch.setattr(_StandIn, "started", [])
+    for name in ("alive", "started", "instances"):
+        monkeypatch.setattr(_StandIn, name, [])
     monkeypatch.setattr(workloads, "lengths", lambda name, n: [(8, 3)] * n)
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "config.json").write_text("{}")
     out = tmp_path / "runs.jsonl"
-    argv = ["--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--logs", str(tmp_path / "logs"),
-            "--workloads", "fixed-1024-128", "--requests", "2", "--concurrency", "2", "--reps", "1",
-            "--arms", "CoRun", "--max-total-tokens", "5000", "--shape", "qwen3-8b"]
+    return out, ["--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--logs", str(tmp_path / "logs"),
+                 "--workloads", "fixed-1024-128", "--requests", "2", "--concurrency", "2", "--reps", "1",
+                 "--max-total-tokens", "5000"]
+
+
+def test_rows_at_tp_2_are_labelled_apart_from_tp_1(stand_in):
+    out, argv = stand_in
+    argv += ["--arms", "CoRun", "--shape", "qwen3-8b"]
     assert run.main(argv) == 0 and run.main(argv + ["--tp-size", "2"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["shape"], r["tp"]) for r in rows] == [("qwen3-8b", 1), ("qwen3-8b-tp2", 2)]
     assert rows[1]["server_command"][rows[1]["server_command"].index("--tp-size") + 1] == "2"
+
+
+def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(stand_in, monkeypatch):
+    from corun_sglang import tiers, verify_tiers
+
+    out, argv = stand_in
+    verified = []
+
+    def verify(model_path, candidates, n, out, log, server_args=(), static_gb=None, **_):
+        verified.append((candidates, n, list(server_args)))
+        record = tiers.Record(n=n, tiers=(72, 128), environment={"gpu": "G"}, rejected={64: 3})
+        out.write_text(json.dumps(record.to_json()))
+        return record
+
+    monkeypatch.setattr(verify_tiers, "verify", verify)
+    argv += ["--arms", "CoRun,CoRun-tiers", "--tier-candidates", "128,64,72"]
+    assert run.main(argv) == 0
+    assert verified == [([64, 72, 128], 256, verified[0][2])] and "--max-total-tokens" in verified[0][2]
+    rows = {r["arm"]: r for r in map(json.loads, out.read_text().splitlines())}
+    command = rows["CoRun-tiers"]["server_command"]
+    logs = Path(argv[argv.index("--logs") + 1])
+    assert command[command.index("--corun-decode-tiers") + 1] == str(logs / "tiers-qwen3-8b-n256.json")
+    assert rows["CoRun-tiers"]["decode_tiers"] == [72, 128] and "--corun-decode-tiers" not in rows["CoRun"]["server_command"]
+    out.unlink()
+    assert run.main(argv) == 0 and len(verified) == 1  # the record is verified once per checkpoint and N
 
 
 def _rec(start, chunks, end):

@@ -56,3 +56,12 @@ def test_patch_commands_report_the_installed_series(command):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "0001-" in out.stdout and "applied" in out.stdout
+
+
+@pytest.mark.parametrize("candidates, says", [("64,300", "not below N = 256"), ("a,8", "not a comma-separated")])
+def test_verify_tiers_refuses_bad_candidates_before_starting_a_server(candidates, says, tmp_path, capsys):
+    from corun_sglang import cli
+
+    out = tmp_path / "tiers.json"
+    code = cli.main(["verify-tiers", "--model-path", str(tmp_path), "--candidates", candidates, "--out", str(out)])
+    assert code == 2 and says in capsys.readouterr().err and not out.exists()

@@ -23,3 +23,9 @@ def test_bits_count_not_values():
 
 def test_length_difference_is_a_divergence():
     assert first_divergence(g([1, 2], [-1.0, -1.0]), g([1], [-1.0])) == 1
+
+
+def test_a_generate_reply_reads_as_its_tokens_and_logprobs():
+    reply = {"meta_info": {"output_token_logprobs": [[-0.5, 11, None], [-0.0, 12, None]]}}
+    got = Generation.of_reply(reply)
+    assert got.tokens == (11, 12) and got.logprobs == (-0.5, -0.0)

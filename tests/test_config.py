@@ -144,6 +144,8 @@ def test_violations_catch_an_unverified_prefill_graph(make_args):
 def test_summary_is_one_line():
     cfg = config.CorunConfig(
         decode_batch_size=256,
+        decode_tiers=(),
+        decode_tiers_verified=False,
         prefill_requests_per_batch=1,
         prefill_graph="breakable",
         chunked_prefill_size=8192,
@@ -154,6 +156,27 @@ def test_summary_is_one_line():
     )
     line = cfg.summary()
     assert "\n" not in line and "bs=[256]" in line and "prefill 1 request/batch (graph: breakable)" in line
+    tiered = dataclasses.replace(cfg, decode_tiers=(72, 128), decode_tiers_verified=True).summary()
+    assert "bs=[72, 128, 256]" in tiered and "verified" in tiered and "UNVERIFIED" not in tiered
+    assert "UNVERIFIED" in dataclasses.replace(cfg, decode_tiers=(72,)).summary()
+
+
+def test_decode_tier_candidates_are_captured_below_n():
+    args = user_args()
+    args.corun_decode_tier_candidates = "128,72,72"
+    assert config.decode_tiers(args) == (72, 128)
+    assert config.defaults(args)["cuda_graph_bs_decode"] == [72, 128, 256]
+    # the sizes a tiered server captures are not a conflicting --cuda-graph-bs-decode; other sizes are
+    args.cuda_graph_bs_decode = [72, 128, 256]
+    assert config.refusals(args) == []
+    args.cuda_graph_bs_decode = [64, 256]
+    assert any("--cuda-graph-bs-decode" in p for p in config.refusals(args))
+
+
+def test_verified_tiers_and_candidates_are_exclusive():
+    args = user_args()
+    args.corun_decode_tiers, args.corun_decode_tier_candidates = "tiers.json", "72"
+    assert any("--corun-decode-tiers" in p and "only one" in p for p in config.refusals(args))
 
 
 def test_tp_above_one_pins_nccl_tree_and_drops_custom_all_reduce(monkeypatch):

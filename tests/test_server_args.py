@@ -1,6 +1,7 @@
 """``--corun`` through every way a user sets SGLang options, on the real ServerArgs."""
 
 import dataclasses
+import json
 import multiprocessing
 import os
 import pickle
@@ -57,6 +58,46 @@ def test_n_is_max_running_requests(parse):
     args = parse("--corun", "--max-running-requests", "48")
     assert args.corun_config.decode_batch_size == 48
     assert args.cuda_graph_config.decode.bs == [48]
+
+
+def _record(tmp_path, n=256, tiers=(72, 128)):
+    from corun_sglang.tiers import Record
+
+    path = tmp_path / "tiers.json"
+    path.write_text(json.dumps(Record(n=n, tiers=tiers, environment={"gpu": "NVIDIA H200"}).to_json()))
+    return str(path)
+
+
+def test_verified_tiers_are_captured_below_n(parse, tmp_path):
+    args = parse("--corun", "--corun-decode-tiers", _record(tmp_path))
+    assert args.cuda_graph_config.decode.bs == [72, 128, 256]
+    assert args.corun_config.decode_tiers == (72, 128) and args.corun_config.decode_tiers_verified
+    # scheduler processes get the record with the args
+    assert getattr(pickle.loads(pickle.dumps(args)), config.TIER_RECORD_ATTR).tiers == (72, 128)
+    assert parse("--corun").cuda_graph_config.decode.bs == [256]
+
+
+def test_a_tiers_record_for_another_n_or_unreadable_refuses_to_start(parse, tmp_path):
+    with pytest.raises(config.CorunConfigError, match="verified against a 256-slot decode graph.*is 64"):
+        parse("--corun", "--max-running-requests", "64", "--corun-decode-tiers", _record(tmp_path))
+    with pytest.raises(config.CorunConfigError, match="cannot read it.*verify-tiers"):
+        parse("--corun", "--corun-decode-tiers", str(tmp_path / "missing.json"))
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(config.CorunConfigError, match="not a decode tiers record"):
+        parse("--corun", "--corun-decode-tiers", str(tmp_path / "bad.json"))
+    with pytest.raises(config.CorunConfigError, match="add --corun"):
+        parse("--corun-decode-tiers", _record(tmp_path))
+
+
+def test_tier_candidates_are_captured_unverified(parse):
+    args = parse("--corun", "--corun-decode-tier-candidates", "64,200")
+    assert args.cuda_graph_config.decode.bs == [64, 200, 256]
+    assert not args.corun_config.decode_tiers_verified
+    assert "UNVERIFIED" in args.corun_config.summary()
+    with pytest.raises(config.CorunConfigError, match="not below N"):
+        parse("--corun", "--corun-decode-tier-candidates", "64,256")
+    with pytest.raises(config.CorunConfigError, match="not a comma-separated list"):
+        parse("--corun", "--corun-decode-tier-candidates", "64,x")
 
 
 def test_tp_2_is_served_on_nccl_tree_without_custom_all_reduce(parse, monkeypatch):
@@ -168,6 +209,7 @@ def test_without_corun_resolution_is_sglangs_own(sglang_plugins, tiny_model, arg
     theirs = dataclasses.asdict(sglang_cls.from_cli_args(ns))
     assert ours.pop("corun") is False
     assert ours.pop("corun_ablation") is None
+    assert ours.pop("corun_decode_tiers") is None and ours.pop("corun_decode_tier_candidates") is None
     assert ours == theirs
 
 

@@ -31,8 +31,7 @@ def request(prompt, max_new_tokens, temperature, seed=None, top_p=1.0, top_k=-1,
 
 
 def generation(body: dict) -> Generation:
-    lp = body["meta_info"]["output_token_logprobs"]
-    return Generation.of([t[1] for t in lp], [t[0] for t in lp])
+    return Generation.of_reply(body)
 
 
 def generate(url: str, requests: list[dict], concurrent: bool = True) -> list[Generation]:

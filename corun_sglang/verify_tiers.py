@@ -1,0 +1,161 @@
+"""``corun-sglang verify-tiers``: which decode graph sizes below N give a request the bits of the N-slot graph.
+
+A ``--corun`` server started with ``--corun-decode-tier-candidates`` captures the candidate sizes
+unverified. For each needle (a seeded token-id request) the probe first takes its reference
+generation inside N - 1 co-runners, so that every one of its decode steps replays the N-slot
+graph, then, for each candidate M, its generation inside M - 1 co-runners, so that every step
+replays the M-slot graph. The co-runners are sent first and are all running (each has streamed
+its first token) before the needle is sent, and they decode longer than the needle, so the
+running count stays M for the needle's whole life. A candidate is a tier when every needle's
+tokens and logprobs equal its reference bit for bit; a different kernel or reduction order in any
+layer shows as a divergence within a few steps. The record (``tiers.Record``) carries the
+environment the server logged, which a server serving the record must match.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+from corun_sglang.compare import Generation, first_divergence
+
+if TYPE_CHECKING:
+    from corun_sglang.tiers import Record
+
+#: Token ids drawn for prompts stay in [FIRST_TOKEN, vocab).
+FIRST_TOKEN = 100
+
+
+def _prompt(rnd: random.Random, length: int, vocab: int) -> list[int]:
+    return [rnd.randrange(FIRST_TOKEN, vocab) for _ in range(length)]
+
+
+def _body(prompt: list[int], max_new_tokens: int, temperature: float, seed: int, stream: bool = False) -> dict:
+    return {
+        "input_ids": prompt, "return_logprob": not stream, "stream": stream,
+        "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature,
+                            "ignore_eos": True, "sampling_seed": seed},
+    }
+
+
+def needles(count: int, tokens: int, vocab: int, seed: int = 0) -> list[dict]:
+    """``count`` needle requests: prompts from 32 to 2,048 tokens (log-spaced), T 0.8, seeded."""
+    rnd = random.Random(seed)
+    lengths = [int(32 * 64 ** (i / max(1, count - 1))) for i in range(count)]
+    return [_body(_prompt(rnd, n, vocab), tokens, 0.8, seed * 1000 + i) for i, n in enumerate(lengths)]
+
+
+def corunners(count: int, tokens: int, vocab: int, seed: int) -> list[dict]:
+    """``count`` streamed co-runners with short prompts (16-48 tokens), ``tokens`` new tokens each."""
+    rnd = random.Random(seed)
+    return [_body(_prompt(rnd, rnd.randint(16, 48), vocab), tokens, 1.0, seed * 1000 + i, stream=True)
+            for i in range(count)]
+
+
+def corunner_tokens(n: int, needle_tokens: int) -> int:
+    """New tokens per co-runner: enough to outlast the needle even if a decode step ran after every
+    admission (up to n of them) before the needle's; a co-runner that ended early would let the
+    needle decode in a smaller graph than the one under test."""
+    return needle_tokens + n + 64
+
+
+Sender = Callable[[list[dict], dict], Generation]
+
+
+def http_sender(url: str, timeout: float = 900) -> Sender:
+    """Send co-runners (streamed; each counted once it streams its first chunk), then the needle."""
+    import httpx
+
+    def run(others: list[dict], needle: dict) -> Generation:
+        started = threading.Semaphore(0)
+        errors: list[str] = []
+
+        def corunner(body: dict) -> None:
+            first = True
+            try:
+                with httpx.Client(timeout=timeout) as client, client.stream("POST", url + "/generate", json=body) as r:
+                    if r.status_code != 200:
+                        errors.append(f"co-runner: HTTP {r.status_code}")
+                    for line in r.iter_lines():
+                        if first and line.startswith("data:"):
+                            first = False
+                            started.release()
+            except httpx.HTTPError as exc:
+                errors.append(f"co-runner: {exc}")
+            finally:
+                if first:
+                    started.release()
+
+        with ThreadPoolExecutor(max_workers=max(1, len(others))) as pool:
+            for body in others:
+                pool.submit(corunner, body)
+            for _ in others:
+                started.acquire()
+            if errors:
+                raise RuntimeError("; ".join(errors[:3]))
+            with httpx.Client(timeout=timeout) as client:
+                reply = client.post(url + "/generate", json=needle)
+            reply.raise_for_status()
+            return Generation.of_reply(reply.json())
+
+    return run
+
+
+def probe(send: Sender, n: int, candidates: Sequence[int], needle_bodies: Sequence[dict], vocab: int,
+          seed: int = 1) -> dict[int, list[int | None]]:
+    """Per candidate M: for each needle, its first step that differs from its N-slot reference (None: none)."""
+    tokens = corunner_tokens(n, max(b["sampling_params"]["max_new_tokens"] for b in needle_bodies))
+    reference = [send(corunners(n - 1, tokens, vocab, seed), b) for b in needle_bodies]
+    return {
+        m: [first_divergence(ref, send(corunners(m - 1, tokens, vocab, seed + m), b))
+            for ref, b in zip(reference, needle_bodies)]
+        for m in sorted(candidates)
+    }
+
+
+def verdict(found: Mapping[int, Sequence[int | None]]) -> tuple[list[int], dict[int, int]]:
+    """Tiers (every needle identical) and rejected sizes with their earliest divergent step."""
+    tiers = [m for m, steps in sorted(found.items()) if all(s is None for s in steps)]
+    rejected = {m: min(s for s in steps if s is not None)
+                for m, steps in sorted(found.items()) if any(s is not None for s in steps)}
+    return tiers, rejected
+
+
+def model_vocab(model_path: str, default: int = 32000) -> int:
+    """The vocabulary size in ``model_path``/config.json (``default`` if there is none)."""
+    config = Path(model_path) / "config.json"
+    if config.exists():
+        return int(json.loads(config.read_text()).get("vocab_size", default))
+    return default
+
+
+def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: Path, server_args: Sequence[str] = (),
+           needle_count: int = 2, needle_tokens: int = 32, seed: int = 0, static_gb: float | None = None) -> "Record":
+    """Start a candidate server, probe it, write the record to ``out``; returns it."""
+    from corun_sglang import tiers
+    from corun_sglang.launch import Server
+
+    args = ["--corun", "--max-running-requests", str(n),
+            "--corun-decode-tier-candidates", ",".join(map(str, candidates)), *server_args]
+    server = Server(model_path, args, log, static_gb=static_gb)
+    try:
+        environment = tiers.environment_from_log(server.log_text())
+        vocab = model_vocab(model_path)
+        found = probe(http_sender(server.url), n, candidates, needles(needle_count, needle_tokens, vocab, seed),
+                      vocab, seed=seed + 1)
+    finally:
+        server.stop()
+    passed, rejected = verdict(found)
+    record = tiers.Record(n=n, tiers=tuple(passed), environment=environment, rejected=rejected, source=str(out))
+    out.write_text(json.dumps(record.to_json(), indent=1) + "\n")
+    return record
+
+
+def render(record: "Record") -> str:
+    lines = [f"decode tiers verified against N = {record.n}: {list(record.tiers) or 'none'}"]
+    lines += [f"  {m}: rejected, a needle first differs at step {step}" for m, step in sorted(record.rejected.items())]
+    return "\n".join(lines)

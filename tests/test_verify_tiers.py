@@ -1,0 +1,114 @@
+"""``verify_tiers``: the probe decides which decode graph sizes keep a request's bits."""
+
+import json
+import threading
+import time
+from bisect import bisect_left
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from corun_sglang import verify_tiers
+from corun_sglang.compare import Generation
+
+N = 64
+
+
+def graph_server(captured, same):
+    """A sender standing for a server with decode graphs ``captured``: a needle decoding among ``r``
+    running requests replays the smallest captured size >= r; graphs in ``same`` give the N-slot
+    graph's bits, the others differ from step 5 on."""
+    sent = []
+
+    def send(others, needle):
+        running = len(others) + 1
+        graph = captured[bisect_left(captured, running)]
+        sent.append((len(others), graph))
+        seed = needle["sampling_params"]["sampling_seed"]
+        steps = needle["sampling_params"]["max_new_tokens"]
+        logprobs = [-0.5 - seed / 1000 - i / 7 for i in range(steps)]
+        if graph not in same:
+            logprobs[5:] = [x + 2.0 ** -20 for x in logprobs[5:]]
+        return Generation.of(list(range(steps)), logprobs)
+
+    return send, sent
+
+
+def test_probe_keeps_exactly_the_sizes_whose_graphs_match():
+    candidates = [8, 16, 24, 48]
+    send, sent = graph_server(candidates + [N], same={16, 48, N})
+    bodies = verify_tiers.needles(2, 12, vocab=1000)
+    found = verify_tiers.probe(send, N, candidates, bodies, vocab=1000)
+    assert verify_tiers.verdict(found) == ([16, 48], {8: 5, 24: 5})
+    # references ran among N - 1 co-runners (the N-slot graph), each candidate M among M - 1 (its own graph)
+    assert sent[:2] == [(N - 1, N)] * 2
+    assert sent[2:] == [(m - 1, m) for m in candidates for _ in range(2)]
+
+
+def test_a_server_whose_small_graphs_all_differ_gets_no_tiers():
+    send, _ = graph_server([8, 16, N], same={N})
+    found = verify_tiers.probe(send, N, [8, 16], verify_tiers.needles(2, 12, vocab=1000), vocab=1000)
+    assert verify_tiers.verdict(found) == ([], {8: 5, 16: 5})
+
+
+def test_requests_are_seeded_token_ids_within_the_vocabulary():
+    needles = verify_tiers.needles(3, 32, vocab=500, seed=4)
+    assert [len(b["input_ids"]) for b in needles] == [32, 256, 2048]
+    assert needles == verify_tiers.needles(3, 32, vocab=500, seed=4)
+    others = verify_tiers.corunners(5, 40, vocab=500, seed=9)
+    assert all(b["stream"] and not b["return_logprob"] for b in others)
+    assert all(100 <= t < 500 for b in needles + others for t in b["input_ids"])
+    assert all(b["sampling_params"]["ignore_eos"] for b in needles + others)
+    assert verify_tiers.corunner_tokens(256, 32) >= 32 + 256
+
+
+class _Handler(BaseHTTPRequestHandler):
+    events: list
+    lock = threading.Lock()
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        tag = "corunner" if body["stream"] else "needle"
+        with self.lock:
+            self.events.append((tag, "arrived", time.monotonic()))
+        self.send_response(200)
+        if tag == "corunner":
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            time.sleep(0.05 * len(body["input_ids"]) / 48)  # admission takes a while
+            with self.lock:
+                self.events.append((tag, "first chunk", time.monotonic()))
+            self.wfile.write(b'data: {"output_ids": [1]}\n\n')
+            self.wfile.flush()
+            time.sleep(0.3)
+            self.wfile.write(b"data: [DONE]\n\n")
+            return
+        steps = body["sampling_params"]["max_new_tokens"]
+        reply = json.dumps({"meta_info": {"output_token_logprobs": [[-0.25, 7, None]] * steps}}).encode()
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+
+@pytest.fixture
+def http_server():
+    _Handler.events = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", _Handler.events
+    server.shutdown()
+
+
+def test_the_needle_is_sent_only_once_every_corunner_streams(http_server):
+    url, events = http_server
+    send = verify_tiers.http_sender(url)
+    got = send(verify_tiers.corunners(12, 40, vocab=1000, seed=1), verify_tiers.needles(1, 6, vocab=1000)[0])
+    assert got == Generation.of([7] * 6, [-0.25] * 6)
+    needle_at = next(t for tag, what, t in events if tag == "needle")
+    firsts = [t for tag, what, t in events if what == "first chunk"]
+    assert len(firsts) == 12 and max(firsts) < needle_at
