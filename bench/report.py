@@ -124,9 +124,9 @@ def steps_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
     """Markdown: per workload and arm, decode wall time per run and ms per step at each load (server logs).
 
     "Outside" is the run's wall time not covered by logged decode steps: prefill-only iterations,
-    the client's ramp, and the last (unlogged) fewer-than-40 steps. The last column, for CoRun, is
-    the decode time it would save if each of its steps cost what a default SGLang step costs at the
-    same load: the measured price of fixed-shape steps.
+    the client's ramp, and the last (unlogged) fewer-than-40 steps. The last column, for CoRun and
+    CoRun-tiers, is the decode time the arm would save if each of its steps cost what a default
+    SGLang step costs at the same load: the measured price of its fixed-shape steps.
     """
     groups = collections.defaultdict(list)
     for r in rows:
@@ -135,7 +135,7 @@ def steps_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
     if not groups:
         return []
     lines = ["| workload | arm | " + " | ".join(f"{_load_label(*b)} running: s/run (ms/step)" for b in LOADS)
-             + " | run s | outside logged decode steps s | CoRun at STD step cost: s saved |",
+             + " | run s | outside logged decode steps s | at STD step cost: s saved |",
              "| --- | --- | " + " | ".join("---:" for _ in LOADS) + " | ---: | ---: | ---: |"]
     for (w, arm) in sorted(groups, key=lambda k: (k[0], ORDER.index(k[1]) if k[1] in ORDER else len(ORDER))):
         rs = groups[(w, arm)]
@@ -147,7 +147,7 @@ def steps_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
             cols.append("-" if ms[b] is None else f"{secs[b]:.1f} ({ms[b]:.1f})")
         saved = "-"
         std = groups.get((w, "STD"))
-        if arm == "CoRun" and std:
+        if arm in ("CoRun", TIERS_ARM) and std:
             std_pooled = [s for r in std for s in r["decode_steps"]]
             ref = {b: serverlog.step_ms(std_pooled, *b) for b in LOADS}
             saved = f"{sum(secs[b] * (1 - ref[b] / ms[b]) for b in LOADS if ms[b] and ref[b]):.1f}"

@@ -138,8 +138,10 @@ def test_report_medians_ratios_aggregate_and_plot(tmp_path):
 
 
 def test_report_tables_decode_steps_by_load_and_prices_fixed_shapes(tmp_path):
-    # STD: 5 ms steps at 4 running, 10 ms at 200; CoRun: 12 ms at any load (one N-slot graph)
-    steps = {"STD": [[4, 800.0], [200, 20000.0]], "CoRun": [[4, 4 / 0.012], [200, 200 / 0.012]]}
+    # STD: 5 ms steps at 4 running, 10 ms at 200; CoRun: 12 ms at any load (one N-slot graph);
+    # CoRun-tiers: 6 ms at 4 running (a smaller graph), 12 ms at 200
+    steps = {"STD": [[4, 800.0], [200, 20000.0]], "CoRun": [[4, 4 / 0.012], [200, 200 / 0.012]],
+             "CoRun-tiers": [[4, 4 / 0.006], [200, 200 / 0.012]]}
     rows = [{**_row(arm, rep, "sharegpt", 1000), "decode_steps": steps[arm]} for rep in range(3) for arm in steps]
     runs = tmp_path / "runs.jsonl"
     runs.write_text("\n".join(json.dumps(r) for r in rows))
@@ -151,6 +153,8 @@ def test_report_tables_decode_steps_by_load_and_prices_fixed_shapes(tmp_path):
     assert "| sharegpt | STD | 0.2 (5.0) | - | - | 0.4 (10.0) | 1.0 | 0.4 | - |" in text
     # CoRun at STD's step cost: 0.48 s * (1 - 5/12) + 0.48 s * (1 - 10/12) = 0.36 s
     assert "| sharegpt | CoRun | 0.5 (12.0) | - | - | 0.5 (12.0) | 1.0 | 0.0 | 0.4 |" in text
+    # CoRun-tiers: 0.24 s * (1 - 5/6) + 0.48 s * (1 - 10/12) = 0.12 s
+    assert "| sharegpt | CoRun-tiers | 0.2 (6.0) | - | - | 0.5 (12.0) | 1.0 | 0.3 | 0.1 |" in text
     assert text.index("## Targets") < text.index("measured reasons") < text.index("## qwen3-8b, concurrency 256")
     assert "![throughput](bench/bench-qwen3-8b-c256.png)" in text
     assert (tmp_path / "bench" / "bench-qwen3-8b-c256.png").exists()
