@@ -12,6 +12,10 @@ logits in an M-slot decode graph than in the N-slot one. This measures the
 GEMMs only: attention and the row-wise layers are not part of it.
 
     python bench/gemm_tiers.py --shape qwen3-8b --out gemm_tiers.json
+
+``--blas cublaslt`` asks PyTorch to run the products through cuBLASLt instead
+of cuBLAS (``torch.backends.cuda.preferred_blas_library``): its heuristics may
+keep one kernel over a wider range of sizes.
 """
 
 from __future__ import annotations
@@ -75,8 +79,12 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", default=None, help="comma-separated subset of the shape's layers")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--blas", choices=("default", "cublas", "cublaslt"), default="default",
+                        help="the BLAS library PyTorch runs the products through (default: PyTorch's choice)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    if args.blas != "default":
+        torch.backends.cuda.preferred_blas_library(args.blas)
 
     sizes = sorted({int(s) for s in args.sizes.split(",") if int(s) <= args.n} | {args.n})
     shapes = layers(args.shape, args.tp_size)
@@ -90,7 +98,8 @@ def main(argv=None) -> int:
     result = {
         "shape": args.shape, "tp_size": args.tp_size, "n": args.n, "sizes": sizes, "trials": args.trials,
         "device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
-        "torch": torch.__version__, "layers": per_layer, "equal_on_every_layer": everywhere,
+        "torch": torch.__version__, "blas": str(torch.backends.cuda.preferred_blas_library()).rsplit(".", 1)[-1],
+        "layers": per_layer, "equal_on_every_layer": everywhere,
         "command": " ".join([sys.executable, *sys.argv]),
     }
     return common.finish(result, {name: r["equal"] for name, r in per_layer.items()} | {"every layer": everywhere},

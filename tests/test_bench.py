@@ -460,3 +460,9 @@ def test_gemm_tiers_keeps_the_sizes_whose_rows_match_the_full_batch(tmp_path):
     result = json.loads(out.read_text())
     assert result["sizes"] == [1, 4, 16] and 16 in result["layers"]["o"]["equal"]  # N itself always matches
     assert result["equal_on_every_layer"] == result["layers"]["o"]["equal"]
+    before = torch.backends.cuda.preferred_blas_library()
+    try:
+        assert gemm_tiers.main([*argv, "--blas", "cublaslt"]) == 0
+        assert json.loads(out.read_text())["blas"] == "Cublaslt"
+    finally:
+        torch.backends.cuda.preferred_blas_library(before)
