@@ -10,6 +10,8 @@
 #   dense-ablation  qwen3-8b, sharegpt, fixed-64-448 and azure-conv: STD, split-KV off, + isolated prefill, CoRun
 #   dense-tiers     qwen3-8b, sharegpt at concurrency 16, 64, 256: STD, CoRun, and CoRun with the decode
 #                   tiers corun-sglang verify-tiers keeps (verified once, before the first server starts)
+#   dense-ablation-c16  qwen3-8b, sharegpt at concurrency 16: STD, split-KV off, CoRun, CoRun with decode
+#                   tiers (what a light load's steps cost: the graph size or the attention without split-KV)
 #   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 8, 32, 64, 128, 256, and STD
 #   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
@@ -39,6 +41,8 @@ for spec in "$@"; do
         dense-ablation) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 \
             --arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun --static-gb 30 \
             --workloads "$(only sharegpt,fixed-64-448,azure-conv)" ;;
+        dense-ablation-c16) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16 \
+            --arms STD,SplitKV-off,CoRun,CoRun-tiers --static-gb 30 --workloads "$(only sharegpt)" ;;
         dense-tiers) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,64,256 --arms STD,CoRun,CoRun-tiers \
             --workloads "$(only sharegpt)" ;;
         dense-padding) python3 bench/padding.py --shape qwen3-8b --n 1,8,32,64,128,256 --reps 3 \
