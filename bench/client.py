@@ -56,8 +56,8 @@ def _stats(name: str, values_ms: list[float]) -> dict:
     }
 
 
-def decode_phase_throughput(records: list[Record], wave: int) -> float | None:
-    """Output tokens/s while the first ``wave`` requests all decode; None if that window is empty.
+def decode_phase_window(records: list[Record], wave: int) -> tuple[float, int] | None:
+    """(seconds, output tokens) while the first ``wave`` requests all decode; None if that window is empty.
 
     The window runs from the last first token of the wave (every prefill of the
     wave done) to the wave's first completion; tokens of every request that
@@ -76,7 +76,13 @@ def decode_phase_throughput(records: list[Record], wave: int) -> float | None:
             if t0 < t <= t1:
                 tokens += n - previous
             previous = n
-    return tokens / (t1 - t0)
+    return t1 - t0, tokens
+
+
+def decode_phase_throughput(records: list[Record], wave: int) -> float | None:
+    """Output tokens/s in ``decode_phase_window``; None if it is empty."""
+    window = decode_phase_window(records, wave)
+    return None if window is None else window[1] / window[0]
 
 
 def timeline(records: list[Record], input_lens: list[int], bin_s: float = 1.0) -> list[list[float]]:
@@ -119,6 +125,7 @@ def summarize(records: list[Record], duration: float, wave: int | None = None) -
         "request_throughput": len(done) / duration if duration > 0 else float("nan"),
         **_stats("ttft", ttft), **_stats("tpot", tpot), **_stats("itl", itl), **_stats("e2e", e2e),
         "decode_phase_throughput": decode_phase_throughput(records, wave or len(records)),
+        "decode_phase_s": (decode_phase_window(records, wave or len(records)) or (None,))[0],
     }
 
 

@@ -368,9 +368,12 @@ def test_decode_phase_is_the_window_where_the_whole_first_wave_decodes():
     late = _rec(4.0, [(4.5, 1), (5.5, 2)], 5.5)  # after the wave: its tokens fall outside the window
     # window (2.0, 4.0]: a brings 2 tokens (t=3, 4), b brings 2 (t=2.5, 3.5)
     assert client.decode_phase_throughput([a, b, late], wave=2) == pytest.approx(4 / 2.0)
+    assert client.decode_phase_window([a, b, late], wave=2) == (2.0, 4)
+    assert client.summarize([a, b, late], 6.0, wave=2)["decode_phase_s"] == 2.0
     # a wave whose last first token comes after its first completion has no decode phase
     c = _rec(0.0, [(5.0, 1), (5.5, 2)], 5.5)
     assert client.decode_phase_throughput([a, c], wave=2) is None
+    assert client.summarize([a, c], 6.0, wave=2)["decode_phase_s"] is None
     failed = client.Record(start=0.0, error="ReadError")
     assert client.decode_phase_throughput([a, failed], wave=2) is None
 
