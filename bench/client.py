@@ -56,6 +56,15 @@ def _stats(name: str, values_ms: list[float]) -> dict:
     }
 
 
+def _wave_window(records: list[Record], wave: int) -> tuple[float, float] | None:
+    """(t0, t1): from the last first token of the first ``wave`` requests to their first completion."""
+    first_wave = records[:wave]
+    if not first_wave or any(r.first is None or r.end is None or r.error for r in first_wave):
+        return None
+    t0, t1 = max(r.first for r in first_wave), min(r.end for r in first_wave)
+    return (t0, t1) if t1 > t0 else None
+
+
 def decode_phase_window(records: list[Record], wave: int) -> tuple[float, int] | None:
     """(seconds, output tokens) while the first ``wave`` requests all decode; None if that window is empty.
 
@@ -63,12 +72,10 @@ def decode_phase_window(records: list[Record], wave: int) -> tuple[float, int] |
     wave done) to the wave's first completion; tokens of every request that
     arrive in it count.
     """
-    first_wave = records[:wave]
-    if not first_wave or any(r.first is None or r.end is None or r.error for r in first_wave):
+    window = _wave_window(records, wave)
+    if window is None:
         return None
-    t0, t1 = max(r.first for r in first_wave), min(r.end for r in first_wave)
-    if t1 <= t0:
-        return None
+    t0, t1 = window
     tokens = 0
     for r in records:
         previous = 0
@@ -80,9 +87,31 @@ def decode_phase_window(records: list[Record], wave: int) -> tuple[float, int] |
 
 
 def decode_phase_throughput(records: list[Record], wave: int) -> float | None:
-    """Output tokens/s in ``decode_phase_window``; None if it is empty."""
+    """Output tokens/s in ``decode_phase_window``; None if it is empty.
+
+    A window of a few steps counts a partial step at its end (the completing request's last
+    chunk may arrive before the others of its step), so short windows read low:
+    ``decode_step_throughput`` does not.
+    """
     window = decode_phase_window(records, wave)
     return None if window is None else window[1] / window[0]
+
+
+def decode_step_throughput(records: list[Record], wave: int) -> float | None:
+    """``wave`` over the median time per token between two chunks of a wave request, both inside the
+    decode-phase window: the output tokens/s of full decode steps, whatever the window's length.
+    None if the window holds no such pair."""
+    window = _wave_window(records, wave)
+    if window is None:
+        return None
+    t0, t1 = window
+    per_token = [
+        (t - prev_t) / (n - prev_n)
+        for r in records[:wave]
+        for (prev_t, prev_n), (t, n) in zip(zip(r.chunks, r.chunk_tokens), zip(r.chunks[1:], r.chunk_tokens[1:]))
+        if t0 <= prev_t and t <= t1 and n > prev_n
+    ]
+    return wave / statistics.median(per_token) if per_token else None
 
 
 def timeline(records: list[Record], input_lens: list[int], bin_s: float = 1.0) -> list[list[float]]:
@@ -126,6 +155,7 @@ def summarize(records: list[Record], duration: float, wave: int | None = None) -
         **_stats("ttft", ttft), **_stats("tpot", tpot), **_stats("itl", itl), **_stats("e2e", e2e),
         "decode_phase_throughput": decode_phase_throughput(records, wave or len(records)),
         "decode_phase_s": (decode_phase_window(records, wave or len(records)) or (None,))[0],
+        "decode_step_throughput": decode_step_throughput(records, wave or len(records)),
     }
 
 

@@ -10,7 +10,7 @@ tokens over the total wall time, per repetition, then the median; it covers the
 workloads every arm has run in every repetition. Where rows carry the servers'
 decode-step samples (``bench/serverlog.py``), a table gives each arm's decode
 time and step cost by number of running requests. Where a
-run has a decode phase (``client.decode_phase_throughput``), its median goes
+run has a decode phase (``client.decode_step_throughput``), its median goes
 in a table of its own; timelines of prefill and decode throughput (first
 repetition), the concurrency sweep and the padding study (``--padding``,
 from ``bench/padding.py``) are plotted.
@@ -45,7 +45,18 @@ ORDER = ("STD", "BI", *ABLATION_ARMS, "CoRun", TIERS_ARM)
 
 
 def load(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The rows of a runs file, each with ``decode_phase`` (tokens/s) and ``decode_measure`` set.
+
+    ``decode_phase`` is ``decode_step_throughput`` where a row has it ("steps": full decode steps,
+    from the wave's chunk intervals) and ``decode_phase_throughput`` for rows written before it
+    ("window": tokens over the window, which reads low when the window is a few steps long).
+    """
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for r in rows:
+        steps = "decode_step_throughput" in r
+        r["decode_phase"] = r["decode_step_throughput"] if steps else r.get("decode_phase_throughput")
+        r["decode_measure"] = "steps" if steps else "window"
+    return rows
 
 
 def studies(rows: list[dict]) -> dict[str, list[dict]]:
@@ -67,9 +78,10 @@ def cells(rows: list[dict]) -> dict[tuple, dict]:
     out = {}
     for key, rs in groups.items():
         tput = [r["output_throughput"] for r in rs]
-        decode = [r["decode_phase_throughput"] for r in rs if r.get("decode_phase_throughput")]
+        decode = [r["decode_phase"] for r in rs if r.get("decode_phase")]
         out[key] = {
-            "decode_phase_throughput": statistics.median(decode) if decode else None,
+            "decode_phase": statistics.median(decode) if decode else None,
+            "decode_measure": "/".join(sorted({r["decode_measure"] for r in rs if r.get("decode_phase")})),
             "decode_spread": (min(decode), max(decode)) if decode else None,
             "reps": len(rs),
             "output_throughput": statistics.median(tput),
@@ -268,8 +280,8 @@ _TARGETS = (
      lambda shape, n, c, key: (ratio(c, key, "BI", "STD") or 1) < 1),
     ("CoRun >= 0.8x STD at concurrency 256, dense", "CoRun", "STD", "output_throughput", 0.8,
      lambda shape, n, c, key: n == 256 and not is_moe(shape)),
-    ("decode phase: CoRun >= 0.9x STD", "CoRun", "STD", "decode_phase_throughput", 0.9,
-     lambda shape, n, c, key: bool((c.get((*key, "STD")) or {}).get("decode_phase_throughput"))),
+    ("decode phase: CoRun >= 0.9x STD", "CoRun", "STD", "decode_phase", 0.9,
+     lambda shape, n, c, key: bool((c.get((*key, "STD")) or {}).get("decode_phase"))),
 )
 #: Each target for CoRun, then for CoRun with decode tiers (where a study ran that arm).
 TARGETS = _TARGETS + tuple((name.replace("CoRun", TIERS_ARM, 1), TIERS_ARM, *rest) for name, _, *rest in _TARGETS)
@@ -349,18 +361,27 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
     for study, (rows, c) in groups.items():
         lines += _study_sections(study, rows, c, plots)
     decode = [(study, k) for study, (_, c) in groups.items()
-              for k in sorted({k[:3] for k, v in c.items() if v["decode_phase_throughput"] and k[3] in ARMS})]
+              for k in sorted({k[:3] for k, v in c.items() if v["decode_phase"] and k[3] in ARMS})]
     if decode:
+        arms = (*ARMS, TIERS_ARM)
         lines += ["## Decode phase (output tok/s while the first wave decodes; medians, min-max)", "",
-                  "| study | shape | workload | concurrency | STD | BI | CoRun | CoRun/STD | CoRun/BI |",
-                  "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "Measure: \"steps\" is the wave's size over the median time per token between two chunks "
+                  "inside the window (full decode steps); \"window\" (rows written before it) is the tokens "
+                  "that arrived in the window over its length, which reads low when the window spans a few "
+                  "steps (a first wave holding a request of a few output tokens).", "",
+                  "| study | shape | workload | concurrency | measure | " + " | ".join(arms)
+                  + f" | CoRun/STD | CoRun/BI | {TIERS_ARM}/STD |",
+                  "| --- | --- | --- | ---: | --- | " + " | ".join("---:" for _ in arms) + " | ---: | ---: | ---: |"]
         for study, key in decode:
             c = groups[study][1]
-            v = {arm: (c.get((*key, arm)) or {}).get("decode_phase_throughput") for arm in ARMS}
-            spread = {arm: (c.get((*key, arm)) or {}).get("decode_spread") for arm in ARMS}
-            cols = ["-" if v[a] is None else f"{v[a]:.0f} ({spread[a][0]:.0f}-{spread[a][1]:.0f})" for a in ARMS]
-            rel = [_fmt(v["CoRun"] / v[d] if v["CoRun"] and v[d] else None) for d in ("STD", "BI")]
-            lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cols + rel) + " |")
+            v = {arm: (c.get((*key, arm)) or {}).get("decode_phase") for arm in arms}
+            spread = {arm: (c.get((*key, arm)) or {}).get("decode_spread") for arm in arms}
+            measure = "/".join(sorted({(c.get((*key, a)) or {}).get("decode_measure") or "" for a in arms} - {""}))
+            cols = ["-" if v[a] is None else f"{v[a]:.0f} ({spread[a][0]:.0f}-{spread[a][1]:.0f})" for a in arms]
+            rel = [_fmt(v[a] / v[d] if v[a] and v[d] else None)
+                   for a, d in (("CoRun", "STD"), ("CoRun", "BI"), (TIERS_ARM, "STD"))]
+            lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | {measure} | "
+                         + " | ".join(cols + rel) + " |")
         lines.append("")
     extra = sorted((k, name) for k, name in plots.items() if len(k) > 3)
     if extra:

@@ -378,6 +378,21 @@ def test_decode_phase_is_the_window_where_the_whole_first_wave_decodes():
     assert client.decode_phase_throughput([a, failed], wave=2) is None
 
 
+def test_decode_step_throughput_reads_full_steps_where_a_short_window_reads_low():
+    # two requests decode one token per 1 s step; a's last chunk (its end) arrives just before b's
+    # chunk of the same step, so the window (1, 3] counts 3 of the 4 tokens its two steps made
+    a = _rec(0.0, [(1.0, 1), (2.0, 2), (3.0, 3)], 3.0)
+    b = _rec(0.0, [(1.0, 1), (2.0, 2), (3.01, 3), (4.0, 4)], 4.0)
+    assert client.decode_phase_throughput([a, b], wave=2) == pytest.approx(3 / 2.0)
+    assert client.decode_step_throughput([a, b], wave=2) == pytest.approx(2 / 1.0)
+    # a chunk carrying two tokens counts as two steps' worth
+    c = _rec(0.0, [(1.0, 1), (3.0, 3), (4.0, 4)], 4.0)
+    assert client.decode_step_throughput([a, c], wave=2) == pytest.approx(2 / 1.0)
+    late = _rec(0.0, [(5.0, 1), (5.5, 2)], 5.5)  # no decode phase: the wave's last first token comes last
+    assert client.decode_step_throughput([a, late], wave=2) is None
+    assert client.summarize([a, b], 4.0, wave=2)["decode_step_throughput"] == pytest.approx(2.0)
+
+
 def test_timeline_puts_prompt_tokens_at_the_first_token_and_output_where_it_arrives():
     a = _rec(0.0, [(0.5, 1), (1.2, 2), (1.7, 4)], 1.7)
     b = _rec(0.2, [(1.1, 1), (2.3, 2)], 2.3)
@@ -393,6 +408,8 @@ def test_report_decode_phase_timelines_sweep_and_padding(tmp_path):
                 row = _row(arm, rep, "fixed-64-448", tput * scale + rep)
                 row.update(concurrency=c, decode_phase_throughput=decode + rep,
                            timeline=[[0.0, 5000.0, 0.0], [1.0, 0.0, float(decode)]])
+                if c == 64:  # rows that also measured full decode steps report those
+                    row.update(decode_step_throughput=2 * decode + rep)
                 rows.append(row)
     runs = tmp_path / "runs.jsonl"
     runs.write_text("\n".join(json.dumps(r) for r in rows))
@@ -404,7 +421,10 @@ def test_report_decode_phase_timelines_sweep_and_padding(tmp_path):
     out = tmp_path / "benchmarks.md"
     assert report.main([str(runs), "--out", str(out), "--padding", str(padding)]) == 0
     text = out.read_text()
-    assert "| qwen3-8b | fixed-64-448 | 256 | 4001 (4000-4002) | 2001 (2000-2002) | 3801 (3800-3802) | 0.95 | 1.90 |" in text
+    assert ("| qwen3-8b | fixed-64-448 | 256 | window | 4001 (4000-4002) | 2001 (2000-2002) | 3801 (3800-3802) | - "
+            "| 0.95 | 1.90 | - |") in text
+    assert ("| qwen3-8b | fixed-64-448 | 64 | steps | 8001 (8000-8002) | 4001 (4000-4002) | 7601 (7600-7602) | - "
+            "| 0.95 | 1.90 | - |") in text
     assert "| qwen3-8b | 1 | 5.00 | 5.00 | 1.00 |" in text and "| qwen3-8b | 256 | 7.50 | 5.00 | 1.50 |" in text
     assert "![padding](padding.png)" in text and (tmp_path / "padding.png").stat().st_size > 1000
     for png in ("timeline-qwen3-8b-fixed-64-448-c256.png", "sweep-qwen3-8b-fixed-64-448.png"):
