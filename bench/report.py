@@ -17,7 +17,7 @@ from ``bench/padding.py``) are plotted.
 
     python bench/report.py docs/results/bench/runs.jsonl --out docs/results/benchmarks.md \
         --plots docs/results/bench [--notes notes.md] [--padding docs/results/bench/padding.jsonl] \
-        [--sampler sampler.json ...]
+        [--sampler sampler.json ...] [--step-profile docs/results/bench/step_profile.jsonl]
 
 The targets table checks each target on every cell it applies to, with the
 ratio of paired repetitions (rep k of one arm against rep k of the other).
@@ -349,8 +349,27 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+#: Kernel kinds of a step profile, in table order (``bench/step_profile.py``).
+PROFILE_KINDS = ("gemm", "attention", "sampler", "moe", "communication", "norm/activation", "other")
+
+
+def step_profile_table(rows: list[dict]) -> list[str]:
+    """Markdown: per shape, load and arm, GPU ms per decode step: its span, the kernels in it by kind,
+    and the rest of the span (the GPU waiting on the host)."""
+    lines = ["| shape | load | arm | GPU span | kernels | waiting | " + " | ".join(PROFILE_KINDS) + " |",
+             "| --- | ---: | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in PROFILE_KINDS) + " |"]
+    order = {arm: i for i, arm in enumerate(ORDER)}
+    for r in sorted(rows, key=lambda r: (r["shape"], r["load"], order.get(r["arm"], len(order)))):
+        kinds = [f"{r['by_kind_ms'].get(k, 0.0):.2f}" for k in PROFILE_KINDS]
+        wait = r["span_ms_per_step"] - r["kernel_ms_per_step"]
+        lines.append(f"| {r['shape']} | {r['load']} | {r['arm']} | {r['span_ms_per_step']:.2f} | "
+                     f"{r['kernel_ms_per_step']:.2f} | {wait:.2f} | " + " | ".join(kinds) + " |")
+    return lines
+
+
 def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], header: str,
-           padding: list[dict] | None = None, sampler: list[dict] | None = None, notes: str = "") -> str:
+           padding: list[dict] | None = None, sampler: list[dict] | None = None, notes: str = "",
+           step_profile: list[dict] | None = None) -> str:
     """The report; ``groups`` is ``{study: (rows, cells)}``, ``plots`` is keyed by (study, ...)."""
     lines = ["# Benchmarks: STD vs BI vs CoRun", "", header, ""]
     goals = targets_table(groups)
@@ -396,6 +415,11 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
     if sampler:
         lines += ["## Sampler (one decode step; medians of CUDA-event timings)", ""]
         lines += sampler_table(sampler) + [""]
+    if step_profile:
+        lines += ["## Decode step profiles (GPU ms per step, from SGLang's profiler)", "",
+                  "Each arm decodes `load` requests at once; kernels are summed by kind "
+                  "(`bench/step_profile.py`); \"waiting\" is the span less the kernels.", ""]
+        lines += step_profile_table(step_profile) + [""]
     ablation = [(study, key) for study, (_, c) in groups.items()
                 for key in sorted({k[:3] for k in c if k[3] in ABLATION_ARMS})]
     if ablation:
@@ -451,6 +475,7 @@ def main(argv=None) -> int:
     parser.add_argument("--header", default="", help="host, versions and commands, as markdown")
     parser.add_argument("--padding", help="JSON lines written by bench/padding.py")
     parser.add_argument("--sampler", action="append", default=[], help="JSON written by bench/sampler.py (repeatable)")
+    parser.add_argument("--step-profile", help="JSON lines written by bench/step_profile.py")
     parser.add_argument("--plots", help="folder for the PNGs (default: the report's folder)")
     parser.add_argument("--notes", help="markdown file placed under the targets table (explanations of misses)")
     args = parser.parse_args(argv)
@@ -484,7 +509,9 @@ def main(argv=None) -> int:
         plots[("padding",)] = (link / "padding.png").as_posix()
     sampler = [json.loads(Path(p).read_text()) for p in args.sampler]
     notes = Path(args.notes).read_text() if args.notes else ""
-    out.write_text(render(groups, plots, args.header, padding, sampler, notes))
+    profile = ([json.loads(line) for line in Path(args.step_profile).read_text().splitlines() if line.strip()]
+               if args.step_profile else None)
+    out.write_text(render(groups, plots, args.header, padding, sampler, notes, profile))
     print(out.read_text())
     return 0
 

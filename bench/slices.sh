@@ -12,6 +12,8 @@
 #                   tiers corun-sglang verify-tiers keeps (verified once, before the first server starts)
 #   dense-ablation-c16  qwen3-8b, sharegpt at concurrency 16: STD, split-KV off, CoRun, CoRun with decode
 #                   tiers (what a light load's steps cost: the graph size or the attention without split-KV)
+#   dense-profile   qwen3-8b: GPU time per decode step by kernel kind, 16, 64 and 256 requests running:
+#                   STD, split-KV off, CoRun, CoRun with the committed decode tiers record
 #   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 8, 32, 64, 128, 256, and STD
 #   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
@@ -45,6 +47,9 @@ for spec in "$@"; do
             --arms STD,SplitKV-off,CoRun,CoRun-tiers --static-gb 30 --workloads "$(only sharegpt)" ;;
         dense-tiers) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,64,256 --arms STD,CoRun,CoRun-tiers \
             --workloads "$(only sharegpt)" ;;
+        dense-profile) python3 bench/step_profile.py --shape qwen3-8b --arms STD,SplitKV-off,CoRun,CoRun-tiers \
+            --loads 16,64,256 --tiers docs/results/tiers/tiers-qwen3-8b-tp1-bench-gpu0.json \
+            --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
         dense-padding) python3 bench/padding.py --shape qwen3-8b --n 1,8,32,64,128,256 --reps 3 \
             --out "$results/padding.jsonl" --logs "$results/logs" ;;
         moe-core) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \

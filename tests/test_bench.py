@@ -437,7 +437,7 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
     script = Path(__file__).resolve().parents[1] / "bench" / "slices.sh"
     text = script.read_text()
     for name in ("dense-core", "dense-long", "dense-sweep", "dense-ablation", "dense-ablation-c16", "dense-tiers",
-                 "dense-padding", "moe-core", "tp2-core", "sampler"):
+                 "dense-profile", "dense-padding", "moe-core", "tp2-core", "sampler"):
         assert f"#   {name}" in text and f"{name})" in text
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "no-such-slice"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout
@@ -489,3 +489,124 @@ def test_gemm_tiers_keeps_the_sizes_whose_rows_match_the_full_batch(tmp_path):
         assert json.loads(out.read_text())["blas"] == "Cublaslt"
     finally:
         torch.backends.cuda.preferred_blas_library(before)
+
+
+def test_step_profile_sorts_kernels_into_kinds():
+    import step_profile
+
+    names = {
+        "nvjet_tst_128x64_64x8_1x2_h_bz_coopA_TNT": "gemm",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64": "gemm",
+        "void flashinfer::BatchPrefillWithPagedKVCacheKernel<KernelTraits>(Params)": "attention",
+        "void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(...)": "norm/activation",
+        "void flashinfer::BatchQKApplyRotaryPosIdsCosSinCacheHeadParallelismKernel<...>": "norm/activation",
+        "void flashinfer::activation::act_and_mul_kernel<...>": "norm/activation",
+        "void flashinfer::sampling::TopKTopPSamplingFromProbKernel<...>": "sampler",
+        "_gumbel_argmax_partial": "sampler",
+        "fused_moe_kernel": "moe",
+        "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 2>(...)": "communication",
+        "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)": "communication",
+        "void at::native::elementwise_kernel<128, 2, ...>": "other",
+    }
+    assert {name: step_profile.kind_of(name) for name in names} == names
+
+
+def test_step_profile_sums_a_trace_per_step(tmp_path):
+    import gzip
+
+    import step_profile
+
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "nvjet_gemm", "ts": 0.0, "dur": 600.0},
+        {"ph": "X", "cat": "kernel", "name": "BatchPrefillKernel", "ts": 700.0, "dur": 200.0},
+        {"ph": "X", "cat": "kernel", "name": "nvjet_gemm", "ts": 1000.0, "dur": 600.0},
+        {"ph": "X", "cat": "kernel", "name": "BatchPrefillKernel", "ts": 1700.0, "dur": 300.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 5000.0},  # host side: not counted
+    ]
+    path = tmp_path / "x-TP-0.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    got = step_profile.summarize_trace(path, steps=2)
+    # 1700 us of kernels in a 2000 us span, over 2 steps
+    assert got["kernel_ms_per_step"] == pytest.approx(0.85) and got["span_ms_per_step"] == pytest.approx(1.0)
+    assert got["by_kind_ms"]["gemm"] == pytest.approx(0.6) and got["by_kind_ms"]["attention"] == pytest.approx(0.25)
+    assert got["top_kernels_ms"][0] == ["nvjet_gemm", pytest.approx(0.6)]
+    (tmp_path / "empty.trace.json").write_text(json.dumps({"traceEvents": events[-1:]}))
+    with pytest.raises(ValueError, match="no GPU kernels"):
+        step_profile.summarize_trace(tmp_path / "empty.trace.json", steps=2)
+
+
+def _profiling_server():
+    """A stand-in SGLang: /generate streams a token every 10 ms; /start_profile writes a trace a moment later."""
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/start_profile":
+                self.server.profiles.append(body)
+                out = Path(body["output_dir"]) / f"{body['profile_id']}-TP-0.trace.json"
+                threading.Timer(0.3, out.write_text, [json.dumps({"traceEvents": []})]).start()
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for k in range(1, body["sampling_params"]["max_new_tokens"] + 1):
+                    time.sleep(0.01)
+                    data = ("data: " + json.dumps({"meta_info": {"completion_tokens": k}}) + "\n\n").encode()
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+                data = b"data: [DONE]\n\n"
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n0\r\n\r\n")
+                self.wfile.flush()
+                self.server.finished += 1
+            except OSError:  # the client dropped the request
+                self.server.dropped += 1
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.profiles, server.finished, server.dropped = [], 0, 0
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_step_profile_profiles_once_every_request_streams_then_drops_them(tmp_path):
+    import step_profile
+
+    server = _profiling_server()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        trace = asyncio.run(step_profile.profile_load(url, [[1, 2], [3, 4], [5, 6]], 2000, 7, tmp_path / "t"))
+        assert trace.parent == tmp_path / "t" and trace.name.endswith("-TP-0.trace.json")
+        assert [(p["num_steps"], p["activities"]) for p in server.profiles] == [(7, ["GPU"])]
+        deadline = time.monotonic() + 5
+        while server.dropped < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (server.dropped, server.finished) == (3, 0)
+        # requests that end before the profile is written: told to raise --output-len
+        with pytest.raises(RuntimeError, match="raise --output-len"):
+            asyncio.run(step_profile.profile_load(url, [[1, 2]], 1, 7, tmp_path / "u", timeout=5))
+    finally:
+        server.shutdown()
+
+
+def test_report_tables_step_profiles(tmp_path):
+    rows = [{"shape": "qwen3-8b", "arm": arm, "load": 16, "span_ms_per_step": span, "kernel_ms_per_step": kern,
+             "by_kind_ms": {"gemm": gemm, "attention": 1.0}} for arm, span, kern, gemm in
+            (("CoRun-tiers", 8.0, 7.5, 5.0), ("STD", 6.5, 6.0, 4.0))]
+    profile = tmp_path / "step_profile.jsonl"
+    profile.write_text("\n".join(json.dumps(r) for r in rows))
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(json.dumps(_row("STD", 0, "sharegpt", 1000)))
+    out = tmp_path / "benchmarks.md"
+    assert report.main([str(runs), "--out", str(out), "--step-profile", str(profile)]) == 0
+    text = out.read_text()
+    std = text.index("| qwen3-8b | 16 | STD | 6.50 | 6.00 | 0.50 | 4.00 | 1.00 | 0.00 |")
+    assert std < text.index("| qwen3-8b | 16 | CoRun-tiers | 8.00 | 7.50 | 0.50 | 5.00 | 1.00 | 0.00 |")

@@ -1,0 +1,178 @@
+"""Where a decode step's time goes: GPU kernel time per step, by kind, per arm and load.
+
+For each arm and each load L, a server decodes L requests at once (token-id
+prompts of --input-len tokens, --output-len new tokens, ``ignore_eos``). Once
+every one of them streams, SGLang's profiler records --steps decode steps
+(``POST /start_profile`` with GPU activity), then the requests are dropped;
+a trace without GPU kernels stops the tool. The trace's kernels
+are summed by kind (GEMM, attention, sampler, MoE, communication,
+norm/activation, other) and by name, and divided by the steps. The GPU span
+per step (first kernel start to last kernel end, over the steps) less the
+kernel time is the time the GPU waited on the host. One row per (arm, load)
+goes to --out; ``bench/report.py --step-profile`` tables them.
+
+    python bench/step_profile.py --shape qwen3-8b --arms STD,CoRun --loads 16,256 \\
+        --out docs/results/bench/step_profile.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import gzip
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import client  # noqa: E402
+import common  # noqa: E402
+import run  # noqa: E402
+import workloads  # noqa: E402
+
+#: Kernel kinds, tried in order (case-insensitive): the first pattern that matches a kernel's name names
+#: its kind. Norms and rotary embeddings come before attention: FlashInfer names its own ones too.
+KINDS = (
+    ("moe", r"fused_moe|moe_align|moe_sum|topk_softmax|grouped_topk"),
+    ("sampler", r"_gumbel|_cand_|_reduce_chunks|_nucleus|sampling|softmax|sort|topk"),
+    ("communication", r"nccl|all_?reduce|cross_device_reduce|custom_ar"),
+    ("norm/activation", r"norm|rotary|rope|silu|act_and_mul|gelu"),
+    ("attention", r"batchprefill|batchdecode|persistent|mergestate|fmha|flash_fwd|attn|attention"),
+    ("gemm", r"gemm|nvjet|xmma|cutlass|cublas|splitkreduce|matmul|wgmma"),
+)
+_KIND_RES = tuple((kind, re.compile(pattern, re.IGNORECASE)) for kind, pattern in KINDS)
+
+
+def kind_of(name: str) -> str:
+    return next((kind for kind, pattern in _KIND_RES if pattern.search(name)), "other")
+
+
+def summarize_trace(path: Path, steps: int, top: int = 12) -> dict:
+    """ms per step of a chrome trace's GPU kernels: in all, by kind, the ``top`` kernels by name, and the span."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    if not kernels:
+        raise ValueError(f"{path}: no GPU kernels in the trace")
+    by_name = collections.Counter()
+    for e in kernels:
+        by_name[e["name"]] += e["dur"]
+    by_kind = collections.Counter()
+    for name, us in by_name.items():
+        by_kind[kind_of(name)] += us
+    span = max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
+    per_step = 1e-3 / steps  # microseconds in the trace to milliseconds per step
+    return {
+        "kernel_ms_per_step": sum(by_name.values()) * per_step,
+        "span_ms_per_step": span * per_step,
+        "by_kind_ms": {kind: by_kind[kind] * per_step for kind, _ in (*KINDS, ("other", ""))},
+        "top_kernels_ms": [[name, us * per_step] for name, us in by_name.most_common(top)],
+    }
+
+
+async def profile_load(url: str, prompts: list[list[int]], output_len: int, steps: int, out_dir: Path,
+                       timeout: float = 600) -> Path:
+    """Decode ``prompts`` together; once all stream, profile ``steps`` steps; return the trace written."""
+    first = asyncio.Semaphore(0)
+    limits = httpx.Limits(max_connections=len(prompts) + 8, max_keepalive_connections=len(prompts) + 8)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
+
+        async def stream(body: dict) -> None:
+            async with http.stream("POST", url + "/generate", json=body) as reply:
+                reply.raise_for_status()
+                started = False
+                async for line in reply.aiter_lines():
+                    if not started and line.startswith("data:") and line[5:].strip() != "[DONE]":
+                        started = True
+                        first.release()
+
+        tasks = [asyncio.create_task(stream(client.request(p, output_len, seed=i))) for i, p in enumerate(prompts)]
+        try:
+            for _ in prompts:
+                waiter = asyncio.create_task(first.acquire())
+                await asyncio.wait([waiter, *tasks], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                if not waiter.done():
+                    waiter.cancel()
+                    ended = [t for t in tasks if t.done()]
+                    raise RuntimeError(f"a request ended before all {len(prompts)} streamed: "
+                                       f"{ended[0].exception() if ended else 'timed out'}")
+            out_dir.mkdir(parents=True, exist_ok=True)
+            before = set(out_dir.glob("*.trace.json*"))
+            reply = await http.post(url + "/start_profile", json={
+                "output_dir": str(out_dir), "num_steps": steps, "activities": ["GPU"],
+                "profile_id": f"steps-{time.time():.0f}"})
+            reply.raise_for_status()
+            deadline = time.monotonic() + timeout
+            sizes: dict[Path, int] = {}
+            while time.monotonic() < deadline:
+                written = {p: p.stat().st_size for p in set(out_dir.glob("*.trace.json*")) - before}
+                if written and written == sizes:  # complete: its size held for a whole poll
+                    return max(written, key=lambda p: p.stat().st_mtime)
+                sizes = written
+                if not written and any(t.done() for t in tasks):
+                    raise RuntimeError("a request ended while profiling: raise --output-len")
+                await asyncio.sleep(1.0)
+            raise RuntimeError(f"no trace in {out_dir} after {timeout:.0f} s")
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    common.add_options(parser, out="docs/results/bench/step_profile.jsonl",
+                       server_args="--attention-backend flashinfer --incremental-streaming-output")
+    parser.add_argument("--arms", default="STD,CoRun", help=f"of {', '.join(run.ARMS)}")
+    parser.add_argument("--loads", default="16,256", help="running requests while the steps are profiled")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--input-len", type=int, default=512)
+    parser.add_argument("--output-len", type=int, default=768, help="enough for the ramp and the steps")
+    parser.add_argument("--max-running-requests", type=int, default=256)
+    parser.add_argument("--static-gb", type=float, default=None, help="static GPU memory per server, GiB")
+    parser.add_argument("--tiers", help="a verify-tiers record for the CoRun-tiers arm")
+    args = parser.parse_args(argv)
+
+    from corun_sglang.launch import Server
+
+    arms = args.arms.split(",")
+    unknown = [a for a in arms if a not in run.ARMS]
+    if unknown or ("CoRun-tiers" in arms and not args.tiers):
+        parser.error(f"unknown arms {unknown}" if unknown else "the CoRun-tiers arm needs --tiers RECORD")
+    loads = sorted({int(n) for n in args.loads.split(",")})
+    if loads[-1] > args.max_running_requests:
+        parser.error(f"a load above --max-running-requests {args.max_running_requests}")
+    ckpt = common.prepare(args)
+    traces = Path(args.logs) / "traces"
+    shared = ["--max-running-requests", str(args.max_running_requests), *args.server_args.split()]
+    for arm in arms:
+        tiered = ["--corun-decode-tiers", args.tiers] if arm == "CoRun-tiers" else []
+        server = Server(str(ckpt), run.ARMS[arm] + tiered + shared, Path(args.logs) / f"profile-{arm}.log",
+                        timeout=900, static_gb=args.static_gb)
+        try:
+            for load in loads:
+                prompts = workloads.prompts([(args.input_len, args.output_len)] * load, seed=load)
+                trace = asyncio.run(profile_load(server.url, prompts, args.output_len, args.steps,
+                                                 traces / f"{arm}-{load}"))
+                row = {"shape": args.shape, "arm": arm, "load": load, "steps": args.steps,
+                       "input_len": args.input_len, "trace": str(trace),
+                       **summarize_trace(trace, args.steps), "server_command": server.command}
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                kinds = ", ".join(f"{k} {v:.2f}" for k, v in row["by_kind_ms"].items() if v)
+                print(f"{arm} load {load}: span {row['span_ms_per_step']:.2f} ms/step, "
+                      f"kernels {row['kernel_ms_per_step']:.2f} ({kinds})", flush=True)
+        finally:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
