@@ -349,21 +349,18 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-#: Kernel kinds of a step profile, in table order (``bench/step_profile.py``).
-PROFILE_KINDS = ("gemm", "attention", "sampler", "moe", "communication", "norm/activation", "other")
-
-
 def step_profile_table(rows: list[dict]) -> list[str]:
-    """Markdown: per shape, load and arm, GPU ms per decode step: its span, the kernels in it by kind,
-    and the rest of the span (the GPU waiting on the host)."""
-    lines = ["| shape | load | arm | GPU span | kernels | waiting | " + " | ".join(PROFILE_KINDS) + " |",
-             "| --- | ---: | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in PROFILE_KINDS) + " |"]
+    """Markdown: per shape, load and arm, GPU ms per decode step: its span, the kernels in it by kind
+    (``bench/step_profile.py``'s kinds, in its order), and the rest of the span (the GPU waiting on the host)."""
+    kinds = list(dict.fromkeys(k for r in rows for k in r["by_kind_ms"]))
+    lines = ["| shape | load | arm | GPU span | kernels | waiting | " + " | ".join(kinds) + " |",
+             "| --- | ---: | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in kinds) + " |"]
     order = {arm: i for i, arm in enumerate(ORDER)}
     for r in sorted(rows, key=lambda r: (r["shape"], r["load"], order.get(r["arm"], len(order)))):
-        kinds = [f"{r['by_kind_ms'].get(k, 0.0):.2f}" for k in PROFILE_KINDS]
+        per_kind = [f"{r['by_kind_ms'].get(k, 0.0):.2f}" for k in kinds]
         wait = r["span_ms_per_step"] - r["kernel_ms_per_step"]
         lines.append(f"| {r['shape']} | {r['load']} | {r['arm']} | {r['span_ms_per_step']:.2f} | "
-                     f"{r['kernel_ms_per_step']:.2f} | {wait:.2f} | " + " | ".join(kinds) + " |")
+                     f"{r['kernel_ms_per_step']:.2f} | {wait:.2f} | " + " | ".join(per_kind) + " |")
     return lines
 
 

@@ -608,5 +608,6 @@ def test_report_tables_step_profiles(tmp_path):
     out = tmp_path / "benchmarks.md"
     assert report.main([str(runs), "--out", str(out), "--step-profile", str(profile)]) == 0
     text = out.read_text()
-    std = text.index("| qwen3-8b | 16 | STD | 6.50 | 6.00 | 0.50 | 4.00 | 1.00 | 0.00 |")
-    assert std < text.index("| qwen3-8b | 16 | CoRun-tiers | 8.00 | 7.50 | 0.50 | 5.00 | 1.00 | 0.00 |")
+    assert "| shape | load | arm | GPU span | kernels | waiting | gemm | attention |" in text
+    std = text.index("| qwen3-8b | 16 | STD | 6.50 | 6.00 | 0.50 | 4.00 | 1.00 |")
+    assert std < text.index("| qwen3-8b | 16 | CoRun-tiers | 8.00 | 7.50 | 0.50 | 5.00 | 1.00 |")
