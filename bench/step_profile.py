@@ -54,13 +54,19 @@ def kind_of(name: str) -> str:
 
 
 def summarize_trace(path: Path, steps: int, top: int = 12) -> dict:
-    """ms per step of a chrome trace's GPU kernels: in all, by kind, the ``top`` kernels by name, and the span."""
+    """ms per step of a chrome trace's GPU kernels: in all, by kind, the ``top`` kernels by name, and the span.
+
+    A step is one decode graph replay: the trace's ``cudaGraphLaunch`` calls count them where it
+    records them (SGLang's profiler stops within a step of the ``steps`` it was asked for);
+    otherwise ``steps`` does.
+    """
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt") as f:
         events = json.load(f)["traceEvents"]
     kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
     if not kernels:
         raise ValueError(f"{path}: no GPU kernels in the trace")
+    steps = sum(e.get("name") == "cudaGraphLaunch" for e in events) or steps
     by_name = collections.Counter()
     for e in kernels:
         by_name[e["name"]] += e["dur"]
@@ -70,6 +76,7 @@ def summarize_trace(path: Path, steps: int, top: int = 12) -> dict:
     span = max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
     per_step = 1e-3 / steps  # microseconds in the trace to milliseconds per step
     return {
+        "steps_seen": steps,
         "kernel_ms_per_step": sum(by_name.values()) * per_step,
         "span_ms_per_step": span * per_step,
         "by_kind_ms": {kind: by_kind[kind] * per_step for kind, _ in (*KINDS, ("other", ""))},
@@ -107,7 +114,7 @@ async def profile_load(url: str, prompts: list[list[int]], output_len: int, step
             before = set(out_dir.glob("*.trace.json*"))
             reply = await http.post(url + "/start_profile", json={
                 "output_dir": str(out_dir), "num_steps": steps, "activities": ["GPU"],
-                "profile_id": f"steps-{time.time():.0f}"})
+                "with_stack": False, "record_shapes": False, "profile_id": f"steps-{time.time():.0f}"})
             reply.raise_for_status()
             deadline = time.monotonic() + timeout
             sizes: dict[Path, int] = {}
@@ -132,7 +139,7 @@ def main(argv=None) -> int:
                        server_args="--attention-backend flashinfer --incremental-streaming-output")
     parser.add_argument("--arms", default="STD,CoRun", help=f"of {', '.join(run.ARMS)}")
     parser.add_argument("--loads", default="16,256", help="running requests while the steps are profiled")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=768, help="enough for the ramp and the steps")
     parser.add_argument("--max-running-requests", type=int, default=256)

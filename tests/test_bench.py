@@ -528,9 +528,15 @@ def test_step_profile_sums_a_trace_per_step(tmp_path):
         json.dump({"traceEvents": events}, f)
     got = step_profile.summarize_trace(path, steps=2)
     # 1700 us of kernels in a 2000 us span, over 2 steps
+    assert got["steps_seen"] == 2
     assert got["kernel_ms_per_step"] == pytest.approx(0.85) and got["span_ms_per_step"] == pytest.approx(1.0)
     assert got["by_kind_ms"]["gemm"] == pytest.approx(0.6) and got["by_kind_ms"]["attention"] == pytest.approx(0.25)
     assert got["top_kernels_ms"][0] == ["nvjet_gemm", pytest.approx(0.6)]
+    # where the trace records the graph launches, they count the steps
+    launches = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": t, "dur": 5.0} for t in (0, 1, 2, 3)]
+    (tmp_path / "launched.trace.json").write_text(json.dumps({"traceEvents": events + launches}))
+    got = step_profile.summarize_trace(tmp_path / "launched.trace.json", steps=2)
+    assert got["steps_seen"] == 4 and got["kernel_ms_per_step"] == pytest.approx(0.425)
     (tmp_path / "empty.trace.json").write_text(json.dumps({"traceEvents": events[-1:]}))
     with pytest.raises(ValueError, match="no GPU kernels"):
         step_profile.summarize_trace(tmp_path / "empty.trace.json", steps=2)
@@ -585,7 +591,7 @@ def test_step_profile_profiles_once_every_request_streams_then_drops_them(tmp_pa
     try:
         trace = asyncio.run(step_profile.profile_load(url, [[1, 2], [3, 4], [5, 6]], 2000, 7, tmp_path / "t"))
         assert trace.parent == tmp_path / "t" and trace.name.endswith("-TP-0.trace.json")
-        assert [(p["num_steps"], p["activities"]) for p in server.profiles] == [(7, ["GPU"])]
+        assert [(p["num_steps"], p["activities"], p["with_stack"]) for p in server.profiles] == [(7, ["GPU"], False)]
         deadline = time.monotonic() + 5
         while server.dropped < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
