@@ -10,8 +10,8 @@
 #   dense-ablation  qwen3-8b, sharegpt, fixed-64-448 and azure-conv: STD, split-KV off, + isolated prefill, CoRun
 #   dense-tiers     qwen3-8b, sharegpt at concurrency 16, 64, 256: STD, CoRun, and CoRun with the decode
 #                   tiers corun-sglang verify-tiers keeps (verified once, before the first server starts)
-#   dense-ablation-c16  qwen3-8b, sharegpt at concurrency 16: STD, split-KV off, CoRun, CoRun with decode
-#                   tiers (what a light load's steps cost: the graph size or the attention without split-KV)
+#   dense-ablation-c16  qwen3-8b, sharegpt at concurrency 16: STD, split-KV off, CoRun with decode tiers
+#                   (what a light load's steps cost: the attention without split-KV, or the rest of CoRun)
 #   dense-profile   qwen3-8b: GPU time per decode step by kernel kind, 16, 64 and 256 requests running:
 #                   STD, split-KV off, CoRun, CoRun with the committed decode tiers record
 #   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 8, 32, 64, 128, 256, and STD
@@ -44,7 +44,7 @@ for spec in "$@"; do
             --arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun --static-gb 30 \
             --workloads "$(only sharegpt,fixed-64-448,azure-conv)" ;;
         dense-ablation-c16) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16 \
-            --arms STD,SplitKV-off,CoRun,CoRun-tiers --static-gb 30 --workloads "$(only sharegpt)" ;;
+            --arms STD,SplitKV-off,CoRun-tiers --static-gb 30 --workloads "$(only sharegpt)" ;;
         dense-tiers) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,64,256 --arms STD,CoRun,CoRun-tiers \
             --workloads "$(only sharegpt)" ;;
         dense-profile) python3 bench/step_profile.py --shape qwen3-8b --arms STD,SplitKV-off,CoRun,CoRun-tiers \
