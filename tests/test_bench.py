@@ -45,7 +45,8 @@ DECODE_LINE = ("[{}] Decode batch, #running-req: {}, #token: 20, token usage: 0.
 
 
 def _streaming_server(log=None):
-    """A stand-in /generate endpoint; with ``log``, it appends two SGLang decode-batch lines per request."""
+    """A stand-in SGLang: /generate streams a token every 10 ms (with ``log``, it appends two SGLang
+    decode-batch lines per request); /start_profile writes an empty trace a moment later."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -55,6 +56,14 @@ def _streaming_server(log=None):
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/start_profile":
+                self.server.profiles.append(body)
+                out = Path(body["output_dir"]) / f"{body['profile_id']}-TP-0.trace.json"
+                threading.Timer(0.3, out.write_text, [json.dumps({"traceEvents": []})]).start()
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self.server.received.append(body["input_ids"])
             n = body["sampling_params"]["max_new_tokens"]
             self.send_response(200)
@@ -67,18 +76,23 @@ def _streaming_server(log=None):
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
-            for k in range(1, n + 1):
-                time.sleep(0.01)
-                chunk("data: " + json.dumps({"meta_info": {"completion_tokens": k}}) + "\n\n")
-            if log is not None:  # logged while the request runs, as SGLang does
-                now = time.strftime("%Y-%m-%d %H:%M:%S")
-                with open(log, "a") as f:
-                    f.write(DECODE_LINE.format(now, 1, 1.0) + DECODE_LINE.format(now, 2, 200.0))
-            chunk("data: [DONE]\n\n")
-            self.wfile.write(b"0\r\n\r\n")
+            try:
+                for k in range(1, n + 1):
+                    time.sleep(0.01)
+                    chunk("data: " + json.dumps({"meta_info": {"completion_tokens": k}}) + "\n\n")
+                if log is not None:  # logged while the request runs, as SGLang does
+                    now = time.strftime("%Y-%m-%d %H:%M:%S")
+                    with open(log, "a") as f:
+                        f.write(DECODE_LINE.format(now, 1, 1.0) + DECODE_LINE.format(now, 2, 200.0))
+                chunk("data: [DONE]\n\n")
+                self.wfile.write(b"0\r\n\r\n")
+                self.server.finished += 1
+            except OSError:  # the client dropped the request
+                self.server.dropped += 1
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.received = []  # the prompts of the requests served, in arrival order
+    server.profiles, server.finished, server.dropped = [], 0, 0
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -542,51 +556,10 @@ def test_step_profile_sums_a_trace_per_step(tmp_path):
         step_profile.summarize_trace(tmp_path / "empty.trace.json", steps=2)
 
 
-def _profiling_server():
-    """A stand-in SGLang: /generate streams a token every 10 ms; /start_profile writes a trace a moment later."""
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *a):
-            pass
-
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            if self.path == "/start_profile":
-                self.server.profiles.append(body)
-                out = Path(body["output_dir"]) / f"{body['profile_id']}-TP-0.trace.json"
-                threading.Timer(0.3, out.write_text, [json.dumps({"traceEvents": []})]).start()
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            try:
-                for k in range(1, body["sampling_params"]["max_new_tokens"] + 1):
-                    time.sleep(0.01)
-                    data = ("data: " + json.dumps({"meta_info": {"completion_tokens": k}}) + "\n\n").encode()
-                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                    self.wfile.flush()
-                data = b"data: [DONE]\n\n"
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n0\r\n\r\n")
-                self.wfile.flush()
-                self.server.finished += 1
-            except OSError:  # the client dropped the request
-                self.server.dropped += 1
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.profiles, server.finished, server.dropped = [], 0, 0
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def test_step_profile_profiles_once_every_request_streams_then_drops_them(tmp_path):
     import step_profile
 
-    server = _profiling_server()
+    server = _streaming_server()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         trace = asyncio.run(step_profile.profile_load(url, [[1, 2], [3, 4], [5, 6]], 2000, 7, tmp_path / "t"))
