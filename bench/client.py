@@ -145,6 +145,7 @@ def summarize(records: list[Record], duration: float, wave: int | None = None) -
     tpot = [((r.end - r.first) / (r.output_tokens - 1)) * 1e3 for r in done if r.output_tokens > 1]
     itl = [(b - a) * 1e3 for r in done for a, b in zip(r.chunks, r.chunks[1:])]
     out_tokens = sum(r.output_tokens for r in done)
+    window = decode_phase_window(records, wave or len(records))
     return {
         "completed": len(done),
         "failed": len(records) - len(done),
@@ -153,8 +154,8 @@ def summarize(records: list[Record], duration: float, wave: int | None = None) -
         "output_throughput": out_tokens / duration if duration > 0 else float("nan"),
         "request_throughput": len(done) / duration if duration > 0 else float("nan"),
         **_stats("ttft", ttft), **_stats("tpot", tpot), **_stats("itl", itl), **_stats("e2e", e2e),
-        "decode_phase_throughput": decode_phase_throughput(records, wave or len(records)),
-        "decode_phase_s": (decode_phase_window(records, wave or len(records)) or (None,))[0],
+        "decode_phase_throughput": None if window is None else window[1] / window[0],
+        "decode_phase_s": None if window is None else window[0],
         "decode_step_throughput": decode_step_throughput(records, wave or len(records)),
     }
 

@@ -30,10 +30,6 @@ def request(prompt, max_new_tokens, temperature, seed=None, top_p=1.0, top_k=-1,
     return {"input_ids": prompt, "sampling_params": params, "return_logprob": True}
 
 
-def generation(body: dict) -> Generation:
-    return Generation.of_reply(body)
-
-
 def generate(url: str, requests: list[dict], concurrent: bool = True) -> list[Generation]:
     """Send ``requests`` (all at once when ``concurrent``, else one after another); results in request order."""
 
@@ -41,7 +37,7 @@ def generate(url: str, requests: list[dict], concurrent: bool = True) -> list[Ge
         with httpx.Client(timeout=900) as client:
             reply = client.post(url + "/generate", json=req)
         reply.raise_for_status()
-        return generation(reply.json())
+        return Generation.of_reply(reply.json())
 
     if not concurrent:
         return [one(r) for r in requests]

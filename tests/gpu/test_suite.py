@@ -32,6 +32,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from corun_sglang.compare import Generation
+
 import harness
 
 pytestmark = pytest.mark.e2e
@@ -222,7 +224,7 @@ def _n_samples(url, prompt, n, seed):
                                 "sampling_seed": seed}}
     reply = httpx.post(url + "/generate", json=body, timeout=600)
     reply.raise_for_status()
-    return [harness.generation(x) for x in reply.json()]
+    return [Generation.of_reply(x) for x in reply.json()]
 
 
 def test_g_parallel_samples_distinct_and_reproducible(arms):
@@ -269,7 +271,7 @@ def _inside_tolerant(url, needle, others):
     with ThreadPoolExecutor(len(others) + 1) as pool:
         futures = [pool.submit(one, r) for r in others[:32]] + [pool.submit(one, needle)]
         futures += [pool.submit(one, r) for r in others[32:]]
-        return harness.generation(futures[32].result())
+        return Generation.of_reply(futures[32].result())
 
 
 FILTERS = [{"top_p": 0.9, "top_k": 50}, {"top_p": 0.3}, {"top_k": 20}, {"top_p": 0.95, "min_p": 0.05}, {}]
