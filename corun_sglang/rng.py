@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from typing import Iterable, Sequence
@@ -140,10 +141,10 @@ def floors(
     k_rows = (ks > 1) & (ks < vocab) & need_top_k  # greedy rows (k = 1) take the arg-max without a floor
     ps = top_ps.to(torch.float32)
     p_rows = (ps < 1.0) & need_top_p
-    if bool((k_rows | p_rows).any()):
+    if need_top_k or need_top_p:  # rows with neither filter get -inf from _top_floor
         out = _top_floor(scaled, torch.where(k_rows, ks, 0), torch.where(p_rows, ps, 1.0))
     mp = min_ps.to(torch.float32)
-    if need_min_p and bool((mp > 0).any()):
+    if need_min_p:
         top1 = scaled.amax(dim=-1)
         mth = top1 + torch.log(mp.clamp(min=torch.finfo(torch.float32).tiny))
         out = torch.where(mp > 0, torch.maximum(out, mth), out)
@@ -162,6 +163,12 @@ _CUTS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20
 _P_MARGIN = 1e-3
 
 _CAND_BLOCK = 1024
+
+
+@functools.lru_cache(maxsize=None)
+def _cuts_on(device: torch.device) -> torch.Tensor:
+    """``_CUTS`` on ``device``, copied there once (not on every sampling step)."""
+    return torch.tensor(_CUTS, device=device, dtype=torch.float32)
 
 
 @triton.jit
@@ -348,7 +355,7 @@ def _top_floor(scaled: torch.Tensor, ks: torch.Tensor, ps: torch.Tensor) -> torc
     width = min(vocab, TOP_CANDIDATES)
     vals = torch.full((rows, width), -float("inf"), device=scaled.device, dtype=torch.float32)
     stats = torch.empty((rows, 5), device=scaled.device, dtype=torch.float32)
-    cuts = torch.tensor(_CUTS, device=scaled.device, dtype=torch.float32)
+    cuts = _cuts_on(scaled.device)
     _, chunk, nchunk = _chunking(vocab)
     block, ncut, nch = min(_CAND_BLOCK, chunk), len(_CUTS), triton.next_power_of_2(max(nchunk, 2))
     f32 = dict(device=scaled.device, dtype=torch.float32)
@@ -406,10 +413,10 @@ def sample(
     temps = temperatures.reshape(-1).to(torch.float32).contiguous()
     ks = top_ks.reshape(-1)
     greedy = (ks <= 1).to(torch.int8).contiguous()
-    # SGLang's batch flags say a filter may apply; skip the [rows, vocab] pass unless a row needs it.
+    # SGLang's batch flags say a filter may apply (top_p != 1, min_p > 0: exactly the rows that need
+    # one); its top-k flag also counts greedy rows (k = 1), which need no floor: only that flag is
+    # checked on the device (a wait for the GPU) before a [rows, vocab] pass.
     need_top_k = need_top_k and bool(((ks > 1) & (ks < vocab)).any())
-    need_top_p = need_top_p and bool((top_ps < 1.0).any())
-    need_min_p = need_min_p and bool((min_ps > 0).any())
     if need_top_k or need_top_p or need_min_p:
         scaled = torch.div(logits.float(), temps.view(-1, 1))
         fl = floors(scaled, top_ks, top_ps, min_ps, need_top_k, need_top_p, need_min_p)
@@ -431,4 +438,8 @@ def sample(
 
 
 def seeds_of(values: Iterable[int], device) -> torch.Tensor:
-    return torch.tensor([int(v) & SEED_MASK for v in values], dtype=torch.int64, device=device)
+    """The seeds as int64 on ``device``, copied from pinned memory without waiting for the device's
+    queued work (a batch is built while the previous one runs)."""
+    device = torch.device(device)
+    seeds = torch.tensor([int(v) & SEED_MASK for v in values], dtype=torch.int64, pin_memory=device.type == "cuda")
+    return seeds.to(device, non_blocking=True)

@@ -260,3 +260,8 @@ def test_softmax_rows_match_torch_for_any_row_length(vocab):
         out = rng.softmax_rows(x, log=log)
         assert out.shape == (3, vocab) and out.dtype == torch.float32 and out.is_contiguous()
         torch.testing.assert_close(out, ref(x.float(), dim=-1), rtol=1e-6, atol=1e-7)
+
+
+def test_seeds_are_int64_under_the_seed_mask():
+    seeds = rng.seeds_of([7, -1, (1 << 64) + 5], "cpu")
+    assert seeds.dtype == torch.int64 and seeds.tolist() == [7, rng.SEED_MASK, 5]

@@ -1,5 +1,9 @@
-"""``rng`` on a GPU: the top-p nucleus and the top-k / top-p floors are row-local, where PyTorch's own scan is not."""
+"""``rng`` on a GPU: the top-p nucleus and the top-k / top-p floors are row-local, where PyTorch's own scan is not;
+seeds and plain draws never make the host wait for the GPU, a top-p draw once."""
 
+import warnings
+
+import pytest
 import torch
 
 from corun_sglang import rng
@@ -56,3 +60,50 @@ def test_floors_are_row_local_in_any_batch_with_any_filters():
     # k = 1 rows are greedy: the sampler takes their arg-max, so top-k sets no floor for them
     kept = (scaled >= full.view(-1, 1)).sum(-1)
     assert bool((kept >= 1).all()) and bool((kept[ks > 1] <= ks[ks > 1]).all())
+
+
+def test_request_seeds_and_plain_sampling_never_wait_for_the_gpu():
+    # the scheduler builds a batch's seeds while the previous batch runs: neither they nor a
+    # temperature-only draw may make the host wait for the GPU's queued work
+    rows, vocab = 64, 151936
+    logits = torch.randn(rows, vocab, device="cuda")
+    temps = torch.full((rows,), 0.7, device="cuda")
+    seeds = rng.seeds_of(range(rows), "cuda")
+    positions = torch.arange(rows, device="cuda")
+    none_k, none_p, none_min = (torch.full((rows,), v, device="cuda") for v in (vocab, 1.0, 0.0))
+    rng.sample(logits, temps, seeds, positions, none_k, none_p, none_min, False, False, False)  # compile first
+    torch.cuda.synchronize()
+    before = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        # negative control: a plain host-to-device tensor waits for the GPU
+        with pytest.raises(RuntimeError, match="synchroniz"):
+            torch.tensor([1, 2, 3], device="cuda")
+        again = rng.seeds_of(range(rows), "cuda")
+        ids = rng.sample(logits, temps, again, positions, none_k, none_p, none_min, False, False, False)
+    finally:
+        torch.cuda.set_sync_debug_mode(before)
+    assert torch.equal(again, seeds) and ids.shape == (rows,)
+
+
+def test_a_top_p_draw_waits_for_the_gpu_once():
+    # what is left: which rows no cut serves (their whole row is sorted) is read on the host
+    rows, vocab = 64, 151936
+    logits = torch.randn(rows, vocab, device="cuda") * 3
+    temps = torch.full((rows,), 0.7, device="cuda")
+    seeds, positions = rng.seeds_of(range(rows), "cuda"), torch.arange(rows, device="cuda")
+    none_k, top_p, none_min = (torch.full((rows,), v, device="cuda") for v in (vocab, 0.9, 0.0))
+    rng.sample(logits, temps, seeds, positions, none_k, top_p, none_min, False, True, False)  # compile first
+    torch.cuda.synchronize()
+    before = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            torch.tensor([1, 2, 3], device="cuda")  # negative control: one wait, seen
+            control = sum("synchroniz" in str(w.message) for w in caught)
+            rng.sample(logits, temps, seeds, positions, none_k, top_p, none_min, False, True, False)
+        finally:
+            torch.cuda.set_sync_debug_mode(before)
+    waits = sum("synchroniz" in str(w.message) for w in caught)
+    assert control == 1 and waits - control == 1
