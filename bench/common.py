@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 from pathlib import Path
 
 
@@ -33,3 +35,14 @@ def finish(result: dict, summary: dict, out: str | None) -> int:
         with open(out, "w") as f:
             json.dump(result, f, indent=1)
     return 0
+
+
+def gpu_uuid() -> str | None:
+    """The UUID of the first GPU this process sees (``nvidia-smi``), or None where none can be read."""
+    device = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", device],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None

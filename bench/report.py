@@ -44,14 +44,29 @@ TIERS_ARM = "CoRun-tiers"
 ORDER = ("STD", "BI", *ABLATION_ARMS, "CoRun", TIERS_ARM)
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def latest(rows: list[dict], key) -> list[dict]:
+    """The last row of each ``key(row)`` (a repetition run again supersedes the rows it replaces),
+    in the order of first appearance."""
+    out = {}
+    for r in rows:
+        out[key(r)] = r
+    return list(out.values())
+
+
 def load(path: Path) -> list[dict]:
-    """The rows of a runs file, each with ``decode_phase`` (tokens/s) and ``decode_measure`` set.
+    """The latest row of each repetition of each arm in a runs file, each with ``decode_phase``
+    (tokens/s) and ``decode_measure`` set.
 
     ``decode_phase`` is ``decode_step_throughput`` where a row has it ("steps": full decode steps,
     from the wave's chunk intervals) and ``decode_phase_throughput`` for rows written before it
     ("window": tokens over the window, which reads low when the window is a few steps long).
     """
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = latest(read_jsonl(path),
+                  lambda r: (r.get("study", ""), r["shape"], r["workload"], r["concurrency"], r["arm"], r["rep"]))
     for r in rows:
         steps = "decode_step_throughput" in r
         r["decode_phase"] = r["decode_step_throughput"] if steps else r.get("decode_phase_throughput")
@@ -351,7 +366,8 @@ def _fmt(x: float | None) -> str:
 
 def step_profile_table(rows: list[dict]) -> list[str]:
     """Markdown: per shape, load and arm, GPU ms per decode step: its span, the kernels in it by kind
-    (``bench/step_profile.py``'s kinds, in its order), and the rest of the span (the GPU waiting on the host)."""
+    (``bench/step_profile.py``'s kinds, in its order), and the rest of the span (the GPU waiting on the host).
+    A load the server ran fewer of says how many ran."""
     kinds = list(dict.fromkeys(k for r in rows for k in r["by_kind_ms"]))
     lines = ["| shape | load | arm | GPU span | kernels | waiting | " + " | ".join(kinds) + " |",
              "| --- | ---: | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in kinds) + " |"]
@@ -359,7 +375,9 @@ def step_profile_table(rows: list[dict]) -> list[str]:
     for r in sorted(rows, key=lambda r: (r["shape"], r["load"], order.get(r["arm"], len(order)))):
         per_kind = [f"{r['by_kind_ms'].get(k, 0.0):.2f}" for k in kinds]
         wait = r["span_ms_per_step"] - r["kernel_ms_per_step"]
-        lines.append(f"| {r['shape']} | {r['load']} | {r['arm']} | {r['span_ms_per_step']:.2f} | "
+        ran = r.get("running", r["load"])
+        load = f"{r['load']}" if ran == r["load"] else f"{r['load']} ({ran} ran)"
+        lines.append(f"| {r['shape']} | {load} | {r['arm']} | {r['span_ms_per_step']:.2f} | "
                      f"{r['kernel_ms_per_step']:.2f} | {wait:.2f} | " + " | ".join(per_kind) + " |")
     return lines
 
@@ -500,13 +518,13 @@ def main(argv=None) -> int:
         for shape, workload in sorted({k[:2] for k in c}):
             name = f"sweep-{pre}{shape}-{workload}.png"
             place((study, shape, workload, 0, "sweep"), name, plot_sweep(c, shape, workload, folder / name))
-    padding = load(Path(args.padding)) if args.padding else None
+    padding = read_jsonl(args.padding) if args.padding else None
     if padding:
         plot_padding(padding, folder / "padding.png")
         plots[("padding",)] = (link / "padding.png").as_posix()
     sampler = [json.loads(Path(p).read_text()) for p in args.sampler]
     notes = Path(args.notes).read_text() if args.notes else ""
-    profile = ([json.loads(line) for line in Path(args.step_profile).read_text().splitlines() if line.strip()]
+    profile = (latest(read_jsonl(args.step_profile), lambda r: (r["shape"], r["arm"], r["load"]))
                if args.step_profile else None)
     out.write_text(render(groups, plots, args.header, padding, sampler, notes, profile))
     print(out.read_text())

@@ -8,9 +8,12 @@ turned into ``--mem-fraction-static`` from the memory free at its start) and,
 with ``--max-total-tokens``, the same KV pool; every repetition visits the
 arms in a rotated order, so drift on the host hits all arms alike. A model
 too large for side by side takes ``--one-at-a-time``: each arm's server is
-started when its turn comes and stopped before the next arm's starts. Rows
-already in ``--out`` (same study, shape, workload, concurrency, arm, rep) are
-skipped: a slice cut short resumes where it stopped. Every server, before its
+started when its turn comes and stopped before the next arm's starts. A
+repetition already in ``--out`` with a row for every arm (same study, shape,
+workload, concurrency) is skipped: a slice cut short resumes where it stopped;
+a repetition cut short is run again whole, so the arms it pairs always ran
+back to back on one GPU (``bench/report.py`` keeps the latest rows). Each row
+records the GPU it ran on (``gpu_uuid``). Every server, before its
 first measured run, serves ``--warmup`` requests of that run's workload (other
 prompts, at most 16 new tokens each), unrecorded: first-use costs (kernel
 selection, allocator growth) stay out of repetition 0.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import socket
@@ -58,6 +62,14 @@ def done_keys(out: Path) -> set[tuple]:
             r = json.loads(line)
             keys.add((r.get("study", ""), r["shape"], r["workload"], r["concurrency"], r["arm"], r["rep"]))
     return keys
+
+
+def done_reps(out: Path, arms: list[str]) -> set[tuple]:
+    """Repetitions finished whole: (study, shape, workload, concurrency, rep) with a row for every arm."""
+    have = collections.defaultdict(set)
+    for study, shape, workload, concurrency, arm, rep in done_keys(out):
+        have[(study, shape, workload, concurrency, rep)].add(arm)
+    return {key for key, got in have.items() if set(arms) <= got}
 
 
 #: The warm-up's prompt seed; measured runs use 1000 * workload index + repetition.
@@ -125,11 +137,11 @@ def main(argv=None) -> int:
     arms = args.arms.split(",")
     names = args.workloads.split(",")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    done = done_keys(out)
+    done = done_reps(out, arms)
     todo = [
         (w, c, rep, arm)
         for w in names for c in concurrencies for rep, arm in schedule(arms, args.reps)
-        if (args.study, label, w, c, arm, rep) not in done
+        if (args.study, label, w, c, rep) not in done
     ]
     if args.one_at_a_time:  # arm-major within each repetition: a server start only when the arm changes
         order = {step: i for i, step in enumerate(schedule(arms, args.reps))}
@@ -146,6 +158,7 @@ def main(argv=None) -> int:
         *args.server_args.split(),
     ]
     record = tiers_record(args, label, ckpt, shared) if "CoRun-tiers" in arms else None
+    gpu = common.gpu_uuid()
     servers = {}
     warmed = []  # servers that have served their warm-up
 
@@ -180,7 +193,7 @@ def main(argv=None) -> int:
             row = {
                 "study": args.study, "shape": label, "tp": args.tp_size, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
                 "requests": len(bodies), "time": time.time(), "host": socket.gethostname(),
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_uuid": gpu,
                 "server_command": server.command, **client.summarize(records, duration, wave=c),
                 "timeline": client.timeline(records, [len(b["input_ids"]) for b in bodies]),
                 "decode_steps": steps,

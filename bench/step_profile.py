@@ -2,14 +2,18 @@
 
 For each arm and each load L, a server decodes L requests at once (token-id
 prompts of --input-len tokens, --output-len new tokens, ``ignore_eos``). Once
-every one of them streams, SGLang's profiler records --steps decode steps
-(``POST /start_profile`` with GPU activity), then the requests are dropped;
+every one of them streams, or once no more start for --settle seconds (a
+server may run fewer than its --max-running-requests: default SGLang runs at
+most 255 of 256), SGLang's profiler records --steps decode steps (``POST
+/start_profile`` with GPU activity) and the row records how many ran; then
+the requests are dropped;
 a trace without GPU kernels stops the tool. The trace's kernels
 are summed by kind (GEMM, attention, sampler, MoE, communication,
 norm/activation, other) and by name, and divided by the steps. The GPU span
 per step (first kernel start to last kernel end, over the steps) less the
 kernel time is the time the GPU waited on the host. One row per (arm, load)
-goes to --out; ``bench/report.py --step-profile`` tables them.
+goes to --out; arms already there for every load are skipped (a slice cut
+short resumes); ``bench/report.py --step-profile`` tables them.
 
     python bench/step_profile.py --shape qwen3-8b --arms STD,CoRun --loads 16,256 \\
         --out docs/results/bench/step_profile.jsonl
@@ -85,8 +89,9 @@ def summarize_trace(path: Path, steps: int, top: int = 12) -> dict:
 
 
 async def profile_load(url: str, prompts: list[list[int]], output_len: int, steps: int, out_dir: Path,
-                       timeout: float = 600) -> Path:
-    """Decode ``prompts`` together; once all stream, profile ``steps`` steps; return the trace written."""
+                       timeout: float = 600, settle: float = 15) -> tuple[Path, int]:
+    """Decode ``prompts`` together; once all stream (or none more starts for ``settle`` seconds),
+    profile ``steps`` steps; return the trace written and how many requests were streaming."""
     first = asyncio.Semaphore(0)
     limits = httpx.Limits(max_connections=len(prompts) + 8, max_keepalive_connections=len(prompts) + 8)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
@@ -102,14 +107,22 @@ async def profile_load(url: str, prompts: list[list[int]], output_len: int, step
 
         tasks = [asyncio.create_task(stream(client.request(p, output_len, seed=i))) for i, p in enumerate(prompts)]
         try:
-            for _ in prompts:
+            running = 0
+            while running < len(prompts):
                 waiter = asyncio.create_task(first.acquire())
-                await asyncio.wait([waiter, *tasks], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-                if not waiter.done():
-                    waiter.cancel()
-                    ended = [t for t in tasks if t.done()]
+                await asyncio.wait([waiter, *tasks], timeout=settle if running else timeout,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if waiter.done():
+                    running += 1
+                    continue
+                waiter.cancel()
+                ended = [t for t in tasks if t.done()]
+                if ended:
                     raise RuntimeError(f"a request ended before all {len(prompts)} streamed: "
-                                       f"{ended[0].exception() if ended else 'timed out'}")
+                                       f"{ended[0].exception() or 'finished'}")
+                if not running:
+                    raise RuntimeError(f"no request streamed within {timeout:.0f} s")
+                break  # the server runs no more at once: profile the ones running
             out_dir.mkdir(parents=True, exist_ok=True)
             before = set(out_dir.glob("*.trace.json*"))
             reply = await http.post(url + "/start_profile", json={
@@ -121,7 +134,7 @@ async def profile_load(url: str, prompts: list[list[int]], output_len: int, step
             while time.monotonic() < deadline:
                 written = {p: p.stat().st_size for p in set(out_dir.glob("*.trace.json*")) - before}
                 if written and written == sizes:  # complete: its size held for a whole poll
-                    return max(written, key=lambda p: p.stat().st_mtime)
+                    return max(written, key=lambda p: p.stat().st_mtime), running
                 sizes = written
                 if not written and any(t.done() for t in tasks):
                     raise RuntimeError("a request ended while profiling: raise --output-len")
@@ -133,6 +146,20 @@ async def profile_load(url: str, prompts: list[list[int]], output_len: int, step
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def profiled(out: Path, shape: str, loads: list[int]) -> set[str]:
+    """The arms whose rows in ``out`` cover every load of ``loads`` for ``shape``. An arm cut short is
+    profiled again whole, on one server (the report keeps the latest row of each shape, arm and load)."""
+    if not out.exists():
+        return set()
+    have = collections.defaultdict(set)
+    for line in out.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            if r["shape"] == shape:
+                have[r["arm"]].add(r["load"])
+    return {arm for arm, got in have.items() if set(loads) <= got}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_options(parser, out="docs/results/bench/step_profile.jsonl",
@@ -142,6 +169,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=768, help="enough for the ramp and the steps")
+    parser.add_argument("--settle", type=float, default=15.0,
+                        help="seconds without a new request streaming after which the load is what runs")
     parser.add_argument("--max-running-requests", type=int, default=256)
     parser.add_argument("--static-gb", type=float, default=None, help="static GPU memory per server, GiB")
     parser.add_argument("--tiers", help="a verify-tiers record for the CoRun-tiers arm")
@@ -156,6 +185,11 @@ def main(argv=None) -> int:
     loads = sorted({int(n) for n in args.loads.split(",")})
     if loads[-1] > args.max_running_requests:
         parser.error(f"a load above --max-running-requests {args.max_running_requests}")
+    done = profiled(Path(args.out), args.shape, loads)
+    arms = [a for a in arms if a not in done]
+    if not arms:
+        print("nothing to do: every arm's loads are in", args.out)
+        return 0
     ckpt = common.prepare(args)
     traces = Path(args.logs) / "traces"
     shared = ["--max-running-requests", str(args.max_running_requests), *args.server_args.split()]
@@ -166,15 +200,15 @@ def main(argv=None) -> int:
         try:
             for load in loads:
                 prompts = workloads.prompts([(args.input_len, args.output_len)] * load, seed=load)
-                trace = asyncio.run(profile_load(server.url, prompts, args.output_len, args.steps,
-                                                 traces / f"{arm}-{load}"))
-                row = {"shape": args.shape, "arm": arm, "load": load, "steps": args.steps,
+                trace, running = asyncio.run(profile_load(server.url, prompts, args.output_len, args.steps,
+                                                          traces / f"{arm}-{load}", settle=args.settle))
+                row = {"shape": args.shape, "arm": arm, "load": load, "running": running, "steps": args.steps,
                        "input_len": args.input_len, "trace": str(trace),
                        **summarize_trace(trace, args.steps), "server_command": server.command}
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")
                 kinds = ", ".join(f"{k} {v:.2f}" for k, v in row["by_kind_ms"].items() if v)
-                print(f"{arm} load {load}: span {row['span_ms_per_step']:.2f} ms/step, "
+                print(f"{arm} load {load} ({running} running): span {row['span_ms_per_step']:.2f} ms/step, "
                       f"kernels {row['kernel_ms_per_step']:.2f} ({kinds})", flush=True)
         finally:
             server.stop()

@@ -44,9 +44,11 @@ DECODE_LINE = ("[{}] Decode batch, #running-req: {}, #token: 20, token usage: 0.
                "gen throughput (token/s): {:.2f}, #queue-req: 0\n")
 
 
-def _streaming_server(log=None):
+def _streaming_server(log=None, capacity=None):
     """A stand-in SGLang: /generate streams a token every 10 ms (with ``log``, it appends two SGLang
-    decode-batch lines per request); /start_profile writes an empty trace a moment later."""
+    decode-batch lines per request; with ``capacity``, at most that many stream at once, the others
+    wait their turn); /start_profile writes an empty trace a moment later."""
+    slots = threading.BoundedSemaphore(capacity or 1 << 30)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -66,6 +68,10 @@ def _streaming_server(log=None):
                 return
             self.server.received.append(body["input_ids"])
             n = body["sampling_params"]["max_new_tokens"]
+            with slots:
+                self._stream(n)
+
+        def _stream(self, n):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
@@ -112,7 +118,7 @@ def test_client_streams_and_measures():
     assert duration >= 2 * 0.05  # closed loop: two waves of three
 
 
-def test_schedule_rotates_arms_and_resume_skips_done_rows(tmp_path):
+def test_schedule_rotates_arms_and_resume_skips_whole_repetitions_only(tmp_path):
     order = run.schedule(["STD", "BI", "CoRun"], 3)
     assert order[:3] == [(0, "STD"), (0, "BI"), (0, "CoRun")]
     assert order[3:6] == [(1, "CoRun"), (1, "STD"), (1, "BI")]
@@ -122,6 +128,8 @@ def test_schedule_rotates_arms_and_resume_skips_done_rows(tmp_path):
     row = {"shape": "s", "workload": "w", "concurrency": 8, "arm": "BI", "rep": 1}
     out.write_text(json.dumps(row) + "\n" + json.dumps({**row, "study": "x"}) + "\n")
     assert run.done_keys(out) == {("", "s", "w", 8, "BI", 1), ("x", "s", "w", 8, "BI", 1)}
+    assert run.done_reps(out, ["BI"]) == {("", "s", "w", 8, 1), ("x", "s", "w", 8, 1)}
+    assert run.done_reps(out, ["STD", "BI"]) == set()  # BI alone ran in rep 1: the repetition is not done
 
 
 def _row(arm, rep, workload, tput, tokens=1000):
@@ -312,6 +320,17 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
         assert sorted(server.httpd.received[:2]) == sorted(warm) and len(server.httpd.received) == 2 + 2 * runs
         assert not any(p in warm for p in server.httpd.received[2:])
     assert run.main(argv) == 0 and len(out.read_text().splitlines()) == 4  # resumed: nothing left to do
+    assert all("gpu_uuid" in r for r in rows)
+    # a repetition cut short (its last arm's row missing) is run again whole; the report keeps the new rows
+    lines = out.read_text().splitlines()
+    out.write_text("\n".join(lines[:-1]) + "\n")
+    cut = json.loads(lines[-1])["rep"]
+    assert run.main(argv) == 0
+    again = [json.loads(line) for line in out.read_text().splitlines()[3:]]
+    assert sorted((r["arm"], r["rep"]) for r in again) == [("CoRun", cut), ("STD", cut)]
+    kept = report.load(out)
+    assert len(kept) == 4 and {r["time"] for r in kept if r["rep"] == cut} == {r["time"] for r in again}
+    out.write_text("\n".join(lines) + "\n")
     assert {r["study"] for r in rows} == {"s1"}
     # the same runs in another study are not done yet
     assert run.main(["s2" if a == "s1" else a for a in argv]) == 0 and len(out.read_text().splitlines()) == 8
@@ -562,8 +581,8 @@ def test_step_profile_profiles_once_every_request_streams_then_drops_them(tmp_pa
     server = _streaming_server()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        trace = asyncio.run(step_profile.profile_load(url, [[1, 2], [3, 4], [5, 6]], 2000, 7, tmp_path / "t"))
-        assert trace.parent == tmp_path / "t" and trace.name.endswith("-TP-0.trace.json")
+        trace, running = asyncio.run(step_profile.profile_load(url, [[1, 2], [3, 4], [5, 6]], 2000, 7, tmp_path / "t"))
+        assert running == 3 and trace.parent == tmp_path / "t" and trace.name.endswith("-TP-0.trace.json")
         assert [(p["num_steps"], p["activities"], p["with_stack"]) for p in server.profiles] == [(7, ["GPU"], False)]
         deadline = time.monotonic() + 5
         while server.dropped < 3 and time.monotonic() < deadline:
@@ -576,10 +595,32 @@ def test_step_profile_profiles_once_every_request_streams_then_drops_them(tmp_pa
         server.shutdown()
 
 
+def test_step_profile_profiles_the_load_a_server_runs_and_resumes_by_arm(tmp_path):
+    import step_profile
+
+    server = _streaming_server(capacity=2)  # as default SGLang runs 255 of 256
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        trace, running = asyncio.run(step_profile.profile_load(url, [[1], [2], [3]], 2000, 7, tmp_path / "t",
+                                                               settle=0.5))
+        assert running == 2 and trace.exists() and len(server.profiles) == 1
+        # without a cap, the profile waits for all: a short output ends a request first
+        with pytest.raises(RuntimeError, match="ended before all 3 streamed: finished"):
+            asyncio.run(step_profile.profile_load(url, [[1], [2], [3]], 5, 7, tmp_path / "u", settle=2))
+    finally:
+        server.shutdown()
+    out = tmp_path / "profile.jsonl"
+    out.write_text("".join(json.dumps({"shape": "s", "arm": a, "load": n}) + "\n"
+                           for a, n in (("STD", 16), ("STD", 256), ("CoRun", 16), ("STD", 16))))
+    assert step_profile.profiled(out, "s", [16, 256]) == {"STD"}  # CoRun was cut short: profiled again
+    assert step_profile.profiled(out, "other", [16]) == set() and step_profile.profiled(tmp_path / "x", "s", [16]) == set()
+
+
 def test_report_tables_step_profiles(tmp_path):
     rows = [{"shape": "qwen3-8b", "arm": arm, "load": 16, "span_ms_per_step": span, "kernel_ms_per_step": kern,
              "by_kind_ms": {"gemm": gemm, "attention": 1.0}} for arm, span, kern, gemm in
-            (("CoRun-tiers", 8.0, 7.5, 5.0), ("STD", 6.5, 6.0, 4.0))]
+            (("CoRun-tiers", 8.0, 7.5, 5.0), ("STD", 6.4, 6.0, 4.0), ("STD", 6.5, 6.0, 4.0))]
+    rows.append({**rows[-1], "load": 256, "running": 255})  # the load a server ran, where it ran fewer
     profile = tmp_path / "step_profile.jsonl"
     profile.write_text("\n".join(json.dumps(r) for r in rows))
     runs = tmp_path / "runs.jsonl"
@@ -588,5 +629,6 @@ def test_report_tables_step_profiles(tmp_path):
     assert report.main([str(runs), "--out", str(out), "--step-profile", str(profile)]) == 0
     text = out.read_text()
     assert "| shape | load | arm | GPU span | kernels | waiting | gemm | attention |" in text
-    std = text.index("| qwen3-8b | 16 | STD | 6.50 | 6.00 | 0.50 | 4.00 | 1.00 |")
+    std = text.index("| qwen3-8b | 16 | STD | 6.50 | 6.00 | 0.50 | 4.00 | 1.00 |")  # the latest row only
+    assert "6.40" not in text and "| qwen3-8b | 256 (255 ran) | STD | 6.50 |" in text
     assert std < text.index("| qwen3-8b | 16 | CoRun-tiers | 8.00 | 7.50 | 0.50 | 5.00 | 1.00 |")
