@@ -15,13 +15,18 @@ GEMMs only: attention and the row-wise layers are not part of it.
 
 ``--blas cublaslt`` asks PyTorch to run the products through cuBLASLt instead
 of cuBLAS (``torch.backends.cuda.preferred_blas_library``): its heuristics may
-keep one kernel over a wider range of sizes.
+keep one kernel over a wider range of sizes. ``--time`` also times each
+product at each size (median of CUDA-event timings) and adds them up into the
+GEMM time of one decode step (every layer's products times the number of
+layers, and lm_head once): what a size costs through that library.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -70,6 +75,44 @@ def equal_sizes(k: int, n_out: int, n: int, sizes: list[int], trials: int, devic
     return sorted(equal)
 
 
+def time_sizes(k: int, n_out: int, sizes: list[int], device: str, iters: int = 20,
+               linear=torch.nn.functional.linear) -> dict[int, float]:
+    """Milliseconds of ``linear(x[:M], W)`` at each size M: the median of ``iters`` timed products
+    after as many untimed ones (CUDA events on a GPU, the wall clock elsewhere)."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    w = torch.randn(n_out, k, generator=gen, device=device, dtype=torch.bfloat16)
+    x = torch.randn(max(sizes), k, generator=gen, device=device, dtype=torch.bfloat16)
+    cuda = device.startswith("cuda")
+    out = {}
+    for m in sizes:
+        xm = x[:m].clone()
+        for _ in range(iters):
+            linear(xm, w)
+        took = []
+        for _ in range(iters):
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                linear(xm, w)
+                end.record()
+                end.synchronize()
+                took.append(start.elapsed_time(end))
+            else:
+                t0 = time.perf_counter()
+                linear(xm, w)
+                took.append((time.perf_counter() - t0) * 1e3)
+        out[m] = statistics.median(took)
+    return out
+
+
+def step_gemm_ms(per_layer: dict[str, dict[int, float]], num_layers: int) -> dict[int, float]:
+    """The GEMM time of one decode step at each size: every layer's product ``num_layers`` times,
+    lm_head once."""
+    sizes = set.intersection(*(set(t) for t in per_layer.values()))
+    return {m: sum(t[m] * (1 if name == "lm_head" else num_layers) for name, t in per_layer.items())
+            for m in sorted(sizes)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="qwen3-8b", choices=sorted(synthetic.SHAPES))
@@ -81,6 +124,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--blas", choices=("default", "cublas", "cublaslt"), default="default",
                         help="the BLAS library PyTorch runs the products through (default: PyTorch's choice)")
+    parser.add_argument("--time", action="store_true", help="also time each product at each size")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     if args.blas != "default":
@@ -95,15 +139,23 @@ def main(argv=None) -> int:
         for name, (k, n_out) in shapes.items()
     }
     everywhere = sorted(set(sizes).intersection(*(set(r["equal"]) for r in per_layer.values())))
+    timed = {}
+    if args.time:
+        for name, (k, n_out) in shapes.items():
+            per_layer[name]["ms"] = time_sizes(k, n_out, sizes, args.device)
+        timed = {"step_gemm_ms": step_gemm_ms({name: r["ms"] for name, r in per_layer.items()},
+                                              synthetic.hf_config(args.shape)["num_hidden_layers"])}
     result = {
         "shape": args.shape, "tp_size": args.tp_size, "n": args.n, "sizes": sizes, "trials": args.trials,
         "device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
         "torch": torch.__version__, "blas": str(torch.backends.cuda.preferred_blas_library()).rsplit(".", 1)[-1],
-        "layers": per_layer, "equal_on_every_layer": everywhere,
+        "layers": per_layer, "equal_on_every_layer": everywhere, **timed,
         "command": " ".join([sys.executable, *sys.argv]),
     }
-    return common.finish(result, {name: r["equal"] for name, r in per_layer.items()} | {"every layer": everywhere},
-                         args.out)
+    summary = {name: r["equal"] for name, r in per_layer.items()} | {"every layer": everywhere}
+    if timed:
+        summary["step GEMM ms"] = {m: round(ms, 3) for m, ms in timed["step_gemm_ms"].items()}
+    return common.finish(result, summary, args.out)
 
 
 if __name__ == "__main__":

@@ -516,6 +516,13 @@ def test_gemm_tiers_keeps_the_sizes_whose_rows_match_the_full_batch(tmp_path):
     result = json.loads(out.read_text())
     assert result["sizes"] == [1, 4, 16] and 16 in result["layers"]["o"]["equal"]  # N itself always matches
     assert result["equal_on_every_layer"] == result["layers"]["o"]["equal"]
+    assert "step_gemm_ms" not in result
+    assert gemm_tiers.main([*argv, "--time"]) == 0
+    timed = json.loads(out.read_text())
+    layers = gemm_tiers.synthetic.hf_config("qwen3-small")["num_hidden_layers"]
+    assert {int(m) for m in timed["layers"]["o"]["ms"]} == {1, 4, 16}
+    assert timed["step_gemm_ms"]["16"] == pytest.approx(timed["layers"]["o"]["ms"]["16"] * layers)
+    assert gemm_tiers.step_gemm_ms({"o": {8: 1.0, 16: 2.0}, "lm_head": {8: 5.0, 16: 6.0}}, 3) == {8: 8.0, 16: 12.0}
     before = torch.backends.cuda.preferred_blas_library()
     try:
         assert gemm_tiers.main([*argv, "--blas", "cublaslt"]) == 0
