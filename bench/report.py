@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import serverlog  # noqa: E402
+import workloads  # noqa: E402
 
 ARMS = ("STD", "BI", "CoRun")
 ABLATION_ARMS = ("SplitKV-off", "SplitKV-off+IsoPrefill")
@@ -382,6 +383,31 @@ def step_profile_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+#: The benchmark matrix: both checkpoint shapes, every workload, STD, BI and CoRun at concurrency 256.
+MATRIX_SHAPES = ("qwen3-8b", "qwen3-30b-a3b")
+MATRIX_CONCURRENCY = 256
+
+
+def coverage_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
+    """Markdown: per matrix cell (shape, workload), the studies that ran STD, BI and CoRun in one
+    repetition at concurrency 256, and how many repetitions hold all three; "not yet" where none did."""
+    lines = ["| shape | workload | studies (repetitions with STD, BI and CoRun) |", "| --- | --- | --- |"]
+    for shape in MATRIX_SHAPES:
+        for w in workloads.ALL:
+            found = []
+            for study, (rows, _) in groups.items():
+                mine = [r for r in rows if (r["shape"], r["workload"], r["concurrency"]) ==
+                        (shape, w, MATRIX_CONCURRENCY) and r["arm"] in ARMS]
+                arms_of = collections.defaultdict(set)
+                for r in mine:
+                    arms_of[r["rep"]].add(r["arm"])
+                whole = sum(set(ARMS) <= got for got in arms_of.values())
+                if whole:
+                    found.append(f"{study or '-'} ({whole})")
+            lines.append(f"| {shape} | {w} | {', '.join(found) or 'not yet'} |")
+    return lines
+
+
 def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], header: str,
            padding: list[dict] | None = None, sampler: list[dict] | None = None, notes: str = "",
            step_profile: list[dict] | None = None) -> str:
@@ -390,6 +416,7 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
     goals = targets_table(groups)
     if goals:
         lines += ["## Targets", "", *goals, ""]
+    lines += ["## Coverage", "", *coverage_table(groups), ""]
     if notes:
         lines += [notes.strip(), ""]
     for study, (rows, c) in groups.items():

@@ -229,6 +229,18 @@ def test_report_tables_decode_tiers_and_checks_their_targets(tmp_path):
     assert "| CoRun >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | **no** |" in text
 
 
+def test_report_covers_the_matrix_cell_by_cell():
+    rows = [_row(arm, rep, "sharegpt", 1000) for arm in report.ARMS for rep in range(3)]
+    rows += [_row(arm, 0, "fixed-1024-128", 1000) for arm in report.ARMS] + [_row("STD", 1, "fixed-1024-128", 900)]
+    pair = [_row(arm, rep, "azure-conv", 1000) for arm in ("STD", "CoRun") for rep in range(3)]
+    lines = report.coverage_table({"core": (rows, report.cells(rows)), "pair": (pair, report.cells(pair))})
+    assert "| qwen3-8b | azure-conv | not yet |" in lines  # without BI, no cell of the matrix
+    assert "| qwen3-8b | sharegpt | core (3) |" in lines
+    assert "| qwen3-8b | fixed-1024-128 | core (1) |" in lines  # repetition 1 ran STD alone
+    assert "| qwen3-8b | fixed-4096-2048 | not yet |" in lines and "| qwen3-30b-a3b | sharegpt | not yet |" in lines
+    assert len(lines) == 2 + 2 * len(workloads.ALL)
+
+
 def test_report_compares_arms_only_within_a_study(tmp_path):
     rows = [{**_row(arm, rep, "sharegpt", t), "study": "core"}
             for rep in range(3) for arm, t in (("STD", 1000), ("BI", 400), ("CoRun", 800))]
