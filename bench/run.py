@@ -13,7 +13,9 @@ repetition already in ``--out`` with a row for every arm (same study, shape,
 workload, concurrency) is skipped: a slice cut short resumes where it stopped;
 a repetition cut short is run again whole, so the arms it pairs always ran
 back to back on one GPU (``bench/report.py`` keeps the latest rows). Each row
-records the GPU it ran on (``gpu_uuid``). Every server, before its
+records the GPU it ran on (``gpu_uuid``) and its decode wave: the
+concurrency, or the most requests the server ran at once where it ran fewer
+(``decode_wave``; the decode-phase measures follow that wave). Every server, before its
 first measured run, serves ``--warmup`` requests of that run's workload (other
 prompts, at most 16 new tokens each), unrecorded: first-use costs (kernel
 selection, allocator growth) stay out of repetition 0.
@@ -70,6 +72,14 @@ def done_reps(out: Path, arms: list[str]) -> set[tuple]:
     for study, shape, workload, concurrency, arm, rep in done_keys(out):
         have[(study, shape, workload, concurrency, rep)].add(arm)
     return {key for key, got in have.items() if set(arms) <= got}
+
+
+def decode_wave(concurrency: int, steps: list[list[float]]) -> int:
+    """The first wave of a run: its concurrency, or fewer where the server never ran that many at
+    once (its log's decode samples ``[running, tokens/s]``; a KV pool too small for the wave, or a
+    server that keeps a slot back). The requests past it wait for room, so they do not shorten the
+    wave's decode phase (``client.decode_phase_window``)."""
+    return min(concurrency, max((int(r) for r, _ in steps), default=concurrency))
 
 
 #: The warm-up's prompt seed; measured runs use 1000 * workload index + repetition.
@@ -194,7 +204,8 @@ def main(argv=None) -> int:
                 "study": args.study, "shape": label, "tp": args.tp_size, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
                 "requests": len(bodies), "time": time.time(), "host": socket.gethostname(),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_uuid": gpu,
-                "server_command": server.command, **client.summarize(records, duration, wave=c),
+                "server_command": server.command, "decode_wave": decode_wave(c, steps),
+                **client.summarize(records, duration, wave=decode_wave(c, steps)),
                 "timeline": client.timeline(records, [len(b["input_ids"]) for b in bodies]),
                 "decode_steps": steps,
                 **({"decode_tiers": list(record.tiers)} if arm == "CoRun-tiers" else {}),

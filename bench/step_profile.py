@@ -3,8 +3,8 @@
 For each arm and each load L, a server decodes L requests at once (token-id
 prompts of --input-len tokens, --output-len new tokens, ``ignore_eos``). Once
 every one of them streams, or once no more start for --settle seconds (a
-server may run fewer than its --max-running-requests: default SGLang runs at
-most 255 of 256), SGLang's profiler records --steps decode steps (``POST
+server may run fewer than its --max-running-requests: default SGLang at
+times runs 255 of 256), SGLang's profiler records --steps decode steps (``POST
 /start_profile`` with GPU activity) and the row records how many ran; then
 the requests are dropped;
 a trace without GPU kernels stops the tool. The trace's kernels

@@ -132,6 +132,18 @@ def test_schedule_rotates_arms_and_resume_skips_whole_repetitions_only(tmp_path)
     assert run.done_reps(out, ["STD", "BI"]) == set()  # BI alone ran in rep 1: the repetition is not done
 
 
+def test_the_decode_wave_is_what_the_server_ran_at_once():
+    # default SGLang running 255 of 256, a KV pool holding 179 long requests, a closed loop overlapping
+    assert run.decode_wave(256, [[120, 9e3], [255, 1e4]]) == 255
+    assert run.decode_wave(256, [[179, 5e3]]) == 179
+    assert run.decode_wave(16, [[18, 1e3]]) == 16 and run.decode_wave(8, []) == 8
+    # with 2 of 3 running, the third waits for room: the two decode alone until the first ends
+    a, b = _rec(0.0, [(1.0, 1), (2.0, 2), (3.0, 3)], 3.0), _rec(0.0, [(1.0, 1), (2.0, 2), (3.5, 3)], 3.5)
+    waiting = _rec(0.0, [(4.0, 1), (5.0, 2)], 5.0)
+    assert client.decode_step_throughput([a, b, waiting], wave=3) is None
+    assert client.decode_step_throughput([a, b, waiting], wave=run.decode_wave(3, [[2, 1.0]])) == pytest.approx(2.0)
+
+
 def _row(arm, rep, workload, tput, tokens=1000):
     return {"shape": "qwen3-8b", "workload": workload, "concurrency": 256, "arm": arm, "rep": rep,
             "output_throughput": tput, "output_tokens": tokens, "duration_s": tokens / tput,
@@ -617,7 +629,7 @@ def test_step_profile_profiles_once_every_request_streams_then_drops_them(tmp_pa
 def test_step_profile_profiles_the_load_a_server_runs_and_resumes_by_arm(tmp_path):
     import step_profile
 
-    server = _streaming_server(capacity=2)  # as default SGLang runs 255 of 256
+    server = _streaming_server(capacity=2)  # as default SGLang at times runs 255 of 256
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         trace, running = asyncio.run(step_profile.profile_load(url, [[1], [2], [3]], 2000, 7, tmp_path / "t",
