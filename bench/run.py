@@ -200,12 +200,13 @@ def main(argv=None) -> int:
             with open(server.log, errors="replace") as log:
                 log.seek(log_start)
                 steps = serverlog.decode_steps(log.read())
+            wave = decode_wave(c, steps)
             row = {
                 "study": args.study, "shape": label, "tp": args.tp_size, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
                 "requests": len(bodies), "time": time.time(), "host": socket.gethostname(),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_uuid": gpu,
-                "server_command": server.command, "decode_wave": decode_wave(c, steps),
-                **client.summarize(records, duration, wave=decode_wave(c, steps)),
+                "server_command": server.command, "decode_wave": wave,
+                **client.summarize(records, duration, wave=wave),
                 "timeline": client.timeline(records, [len(b["input_ids"]) for b in bodies]),
                 "decode_steps": steps,
                 **({"decode_tiers": list(record.tiers)} if arm == "CoRun-tiers" else {}),

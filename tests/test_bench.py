@@ -344,7 +344,7 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
         assert sorted(server.httpd.received[:2]) == sorted(warm) and len(server.httpd.received) == 2 + 2 * runs
         assert not any(p in warm for p in server.httpd.received[2:])
     assert run.main(argv) == 0 and len(out.read_text().splitlines()) == 4  # resumed: nothing left to do
-    assert all("gpu_uuid" in r for r in rows)
+    assert all("gpu_uuid" in r and r["decode_wave"] == 2 for r in rows)
     # a repetition cut short (its last arm's row missing) is run again whole; the report keeps the new rows
     lines = out.read_text().splitlines()
     out.write_text("\n".join(lines[:-1]) + "\n")
