@@ -70,7 +70,9 @@ def decode_phase_window(records: list[Record], wave: int) -> tuple[float, int] |
 
     The window runs from the last first token of the wave (every prefill of the
     wave done) to the wave's first completion; tokens of every request that
-    arrive in it count.
+    arrive in it count. Tokens over seconds read low for a window of a few steps
+    (the completing request's last chunk may arrive before the others of its
+    step): ``decode_step_throughput`` does not.
     """
     window = _wave_window(records, wave)
     if window is None:
@@ -84,17 +86,6 @@ def decode_phase_window(records: list[Record], wave: int) -> tuple[float, int] |
                 tokens += n - previous
             previous = n
     return t1 - t0, tokens
-
-
-def decode_phase_throughput(records: list[Record], wave: int) -> float | None:
-    """Output tokens/s in ``decode_phase_window``; None if it is empty.
-
-    A window of a few steps counts a partial step at its end (the completing request's last
-    chunk may arrive before the others of its step), so short windows read low:
-    ``decode_step_throughput`` does not.
-    """
-    window = decode_phase_window(records, wave)
-    return None if window is None else window[1] / window[0]
 
 
 def decode_step_throughput(records: list[Record], wave: int) -> float | None:

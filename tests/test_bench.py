@@ -424,15 +424,15 @@ def test_decode_phase_is_the_window_where_the_whole_first_wave_decodes():
     b = _rec(0.0, [(2.0, 1), (2.5, 2), (3.5, 3), (5.0, 4), (6.0, 5)], 6.0)
     late = _rec(4.0, [(4.5, 1), (5.5, 2)], 5.5)  # after the wave: its tokens fall outside the window
     # window (2.0, 4.0]: a brings 2 tokens (t=3, 4), b brings 2 (t=2.5, 3.5)
-    assert client.decode_phase_throughput([a, b, late], wave=2) == pytest.approx(4 / 2.0)
+    assert client.summarize([a, b, late], 6.0, wave=2)["decode_phase_throughput"] == pytest.approx(4 / 2.0)
     assert client.decode_phase_window([a, b, late], wave=2) == (2.0, 4)
     assert client.summarize([a, b, late], 6.0, wave=2)["decode_phase_s"] == 2.0
     # a wave whose last first token comes after its first completion has no decode phase
     c = _rec(0.0, [(5.0, 1), (5.5, 2)], 5.5)
-    assert client.decode_phase_throughput([a, c], wave=2) is None
+    assert client.summarize([a, c], 6.0, wave=2)["decode_phase_throughput"] is None
     assert client.summarize([a, c], 6.0, wave=2)["decode_phase_s"] is None
     failed = client.Record(start=0.0, error="ReadError")
-    assert client.decode_phase_throughput([a, failed], wave=2) is None
+    assert client.summarize([a, failed], 6.0, wave=2)["decode_phase_throughput"] is None
 
 
 def test_decode_step_throughput_reads_full_steps_where_a_short_window_reads_low():
@@ -440,7 +440,7 @@ def test_decode_step_throughput_reads_full_steps_where_a_short_window_reads_low(
     # chunk of the same step, so the window (1, 3] counts 3 of the 4 tokens its two steps made
     a = _rec(0.0, [(1.0, 1), (2.0, 2), (3.0, 3)], 3.0)
     b = _rec(0.0, [(1.0, 1), (2.0, 2), (3.01, 3), (4.0, 4)], 4.0)
-    assert client.decode_phase_throughput([a, b], wave=2) == pytest.approx(3 / 2.0)
+    assert client.summarize([a, b], 4.0, wave=2)["decode_phase_throughput"] == pytest.approx(3 / 2.0)
     assert client.decode_step_throughput([a, b], wave=2) == pytest.approx(2 / 1.0)
     # a chunk carrying two tokens counts as two steps' worth
     c = _rec(0.0, [(1.0, 1), (3.0, 3), (4.0, 4)], 4.0)
