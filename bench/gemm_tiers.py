@@ -75,10 +75,11 @@ def equal_sizes(k: int, n_out: int, n: int, sizes: list[int], trials: int, devic
     return sorted(equal)
 
 
-def time_sizes(k: int, n_out: int, sizes: list[int], device: str, iters: int = 20,
+def time_sizes(k: int, n_out: int, sizes: list[int], device: str, iters: int = 20, trials: int = 5,
                linear=torch.nn.functional.linear) -> dict[int, float]:
-    """Milliseconds of ``linear(x[:M], W)`` at each size M: the median of ``iters`` timed products
-    after as many untimed ones (CUDA events on a GPU, the wall clock elsewhere)."""
+    """Milliseconds of ``linear(x[:M], W)`` at each size M: ``iters`` products back to back over their
+    elapsed time, the median of ``trials``, after ``iters`` untimed ones. On a GPU two CUDA events frame
+    the batch, so the host's launches overlap the GPU's work, as in a replayed decode graph."""
     gen = torch.Generator(device=device).manual_seed(0)
     w = torch.randn(n_out, k, generator=gen, device=device, dtype=torch.bfloat16)
     x = torch.randn(max(sizes), k, generator=gen, device=device, dtype=torch.bfloat16)
@@ -89,18 +90,20 @@ def time_sizes(k: int, n_out: int, sizes: list[int], device: str, iters: int = 2
         for _ in range(iters):
             linear(xm, w)
         took = []
-        for _ in range(iters):
+        for _ in range(trials):
             if cuda:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                linear(xm, w)
+                for _ in range(iters):
+                    linear(xm, w)
                 end.record()
                 end.synchronize()
-                took.append(start.elapsed_time(end))
+                took.append(start.elapsed_time(end) / iters)
             else:
                 t0 = time.perf_counter()
-                linear(xm, w)
-                took.append((time.perf_counter() - t0) * 1e3)
+                for _ in range(iters):
+                    linear(xm, w)
+                took.append((time.perf_counter() - t0) * 1e3 / iters)
         out[m] = statistics.median(took)
     return out
 

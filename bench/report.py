@@ -368,17 +368,19 @@ def _fmt(x: float | None) -> str:
 def step_profile_table(rows: list[dict]) -> list[str]:
     """Markdown: per shape, load and arm, GPU ms per decode step: its span, the kernels in it by kind
     (``bench/step_profile.py``'s kinds, in its order), and the rest of the span (the GPU waiting on the host).
-    A load the server ran fewer of says how many ran."""
+    A load the server ran fewer of says how many ran; "KV tokens" is what its KV cache held during
+    the profiled steps (attention time grows with it, so loads compare across arms only near equal KV)."""
     kinds = list(dict.fromkeys(k for r in rows for k in r["by_kind_ms"]))
-    lines = ["| shape | load | arm | GPU span | kernels | waiting | " + " | ".join(kinds) + " |",
-             "| --- | ---: | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in kinds) + " |"]
+    lines = ["| shape | load | arm | KV tokens | GPU span | kernels | waiting | " + " | ".join(kinds) + " |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in kinds) + " |"]
     order = {arm: i for i, arm in enumerate(ORDER)}
     for r in sorted(rows, key=lambda r: (r["shape"], r["load"], order.get(r["arm"], len(order)))):
         per_kind = [f"{r['by_kind_ms'].get(k, 0.0):.2f}" for k in kinds]
         wait = r["span_ms_per_step"] - r["kernel_ms_per_step"]
         ran = r.get("running", r["load"])
         load = f"{r['load']}" if ran == r["load"] else f"{r['load']} ({ran} ran)"
-        lines.append(f"| {r['shape']} | {load} | {r['arm']} | {r['span_ms_per_step']:.2f} | "
+        kv = f"{r['kv_tokens']:,}" if r.get("kv_tokens") is not None else "-"
+        lines.append(f"| {r['shape']} | {load} | {r['arm']} | {kv} | {r['span_ms_per_step']:.2f} | "
                      f"{r['kernel_ms_per_step']:.2f} | {wait:.2f} | " + " | ".join(per_kind) + " |")
     return lines
 

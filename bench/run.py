@@ -86,6 +86,17 @@ def decode_wave(concurrency: int, steps: list[list[float]]) -> int:
 WARMUP_SEED = 999_999_937
 
 
+def arm_args(specs: list[str], arms: list[str]) -> dict[str, list[str]]:
+    """Each arm's extra server options from ``ARM=ARGS`` specs; every named arm must be one of ``arms``."""
+    extra = {arm: [] for arm in arms}
+    for spec in specs:
+        arm, sep, args = spec.partition("=")
+        if not sep or arm not in extra:
+            raise SystemExit(f"--arm-args {spec!r}: expected ARM=ARGS with ARM one of {', '.join(arms)}")
+        extra[arm] += args.split()
+    return extra
+
+
 def warmup_bodies(pairs: list[tuple[int, int]], count: int) -> list[dict]:
     """``count`` requests shaped like the workload's first ones (prompts no measured run sends,
     at most 16 new tokens each)."""
@@ -136,6 +147,8 @@ def main(argv=None) -> int:
                         help="unrecorded requests each server serves before its first measured run (0: none)")
     parser.add_argument("--tier-candidates", default="64,72,88,96,104,128,160,192,224",
                         help="decode graph sizes verified (corun-sglang verify-tiers) for the CoRun-tiers arm")
+    parser.add_argument("--arm-args", action="append", default=[], metavar="ARM=ARGS",
+                        help="extra server options for one arm (repeatable), e.g. BI=--disable-prefill-cuda-graph")
     parser.add_argument("--tp-size", type=int, default=1,
                         help="tensor-parallel size; rows of TP > 1 are labelled SHAPE-tpN")
     args = parser.parse_args(argv)
@@ -145,6 +158,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     label = args.shape if args.tp_size == 1 else f"{args.shape}-tp{args.tp_size}"
     arms = args.arms.split(",")
+    extra = arm_args(args.arm_args, arms)
     names = args.workloads.split(",")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     done = done_reps(out, arms)
@@ -178,7 +192,7 @@ def main(argv=None) -> int:
                 for other in list(servers):
                     servers.pop(other).stop()
             tiered = ["--corun-decode-tiers", record.source] if arm == "CoRun-tiers" else []
-            servers[arm] = Server(str(ckpt), ARMS[arm] + tiered + shared, Path(args.logs) / f"{arm}.log",
+            servers[arm] = Server(str(ckpt), ARMS[arm] + extra[arm] + tiered + shared, Path(args.logs) / f"{arm}.log",
                                   timeout=900, static_gb=args.static_gb)
         return servers[arm]
 

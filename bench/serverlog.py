@@ -24,6 +24,8 @@ LINE = re.compile(
     r"^\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\] Decode batch[^,]*, "
     r"#running-req: (?P<running>\d+),.*gen throughput \(token/s\): (?P<tps>[\d.]+)"
 )
+KV_LINE = re.compile(r"Decode batch.*#token: (?P<tokens>\d+),")
+PROFILE_LINE = re.compile(r"Profiling starts[^.]*\. Traces will be saved to: (?P<dir>\S+)")
 #: Steps per logged sample (SGLang's ``--decode-log-interval`` default, which the benchmarks keep).
 STEPS_PER_SAMPLE = 40
 
@@ -43,6 +45,22 @@ def samples(text: str, utc_offset_hours: float = 0.0) -> list[tuple[float, int, 
 def decode_steps(text: str) -> list[list[float]]:
     """``[[running, tokens/s], ...]`` of one run's share of a log, its first sample dropped."""
     return [[r, g] for _, r, g in samples(text)[1:] if g > 0]
+
+
+def kv_at_profiles(text: str) -> dict[str, int | None]:
+    """Per profile a log starts (keyed by its trace folder): the KV tokens held (``#token``) in the
+    first decode-batch line after it (one comes every 40 steps: within the profiled steps), or None
+    where none followed."""
+    out, waiting = {}, []
+    for line in text.splitlines():
+        if m := PROFILE_LINE.search(line):
+            out[m["dir"]] = None
+            waiting.append(m["dir"])
+        elif waiting and (m := KV_LINE.search(line)):
+            for d in waiting:
+                out[d] = int(m["tokens"])
+            waiting = []
+    return out
 
 
 def step_ms(steps: list[list[float]], lo: int, hi: int) -> float | None:

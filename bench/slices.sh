@@ -14,8 +14,12 @@
 #                   (what a light load's steps cost: the attention without split-KV, or the rest of CoRun)
 #   dense-profile   qwen3-8b: GPU time per decode step by kernel kind, 16, 64 and 256 requests running:
 #                   STD, split-KV off, CoRun, CoRun with the committed decode tiers record
+#   moe-profile     qwen3-30b-a3b: the same at 16, 64 and 256 running: STD, BI, CoRun
 #   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 8, 32, 64, 128, 256, and STD
-#   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448
+#   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448;
+#                   BI without SGLang's prefill CUDA graph (its capture overflows FlashInfer's workspace here)
+#   moe-long        qwen3-30b-a3b, one arm at a time: blazedit-synthetic, fixed-1024-2048, fixed-4096-128,
+#                   fixed-4096-2048 (with moe-core: every workload of the matrix)
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
 #   sampler         the sampler microbenchmark: plain, top-p 0.9 with top-k 50, and top-p 0.9 alone
 # SLICE=W1,W2 runs only those workloads of a run.py slice (to split one slice over two GPUs).
@@ -47,13 +51,20 @@ for spec in "$@"; do
             --arms STD,SplitKV-off,CoRun-tiers --static-gb 30 --workloads "$(only sharegpt)" ;;
         dense-tiers) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,64,256 --arms STD,CoRun,CoRun-tiers \
             --workloads "$(only sharegpt)" ;;
-        dense-profile) python3 bench/step_profile.py --shape qwen3-8b --arms STD,SplitKV-off,CoRun,CoRun-tiers \
+        dense-profile) python3 bench/step_profile.py --shape qwen3-8b --arms CoRun,CoRun-tiers,STD,SplitKV-off \
             --loads 16,64,256 --tiers docs/results/tiers/tiers-qwen3-8b-tp1-bench-gpu0.json \
             --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
         dense-padding) python3 bench/padding.py --shape qwen3-8b --n 1,8,32,64,128,256 --reps 3 \
             --out "$results/padding.jsonl" --logs "$results/logs" ;;
         moe-core) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
+            --arm-args BI=--disable-prefill-cuda-graph \
             --workloads "$(only sharegpt,azure-conv,fixed-1024-128,fixed-64-448)" ;;
+        moe-long) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
+            --arm-args BI=--disable-prefill-cuda-graph \
+            --workloads "$(only blazedit-synthetic,fixed-1024-2048,fixed-4096-128,fixed-4096-2048)" ;;
+        moe-profile) python3 bench/step_profile.py --shape qwen3-30b-a3b --arms CoRun,STD,BI --loads 16,64,256 \
+            --static-gb 120 --arm-args BI=--disable-prefill-cuda-graph \
+            --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
         tp2-core) "${run[@]}" --shape qwen3-8b --tp-size 2 --reps 3 --concurrency 256 \
             --workloads "$(only sharegpt,fixed-64-448,azure-conv)" ;;
         sampler) python3 bench/sampler.py --out "$results/sampler.json" \

@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import client  # noqa: E402
 import common  # noqa: E402
 import run  # noqa: E402
+import serverlog  # noqa: E402
 import workloads  # noqa: E402
 
 #: Kernel kinds, tried in order (case-insensitive): the first pattern that matches a kernel's name names
@@ -89,7 +90,7 @@ def summarize_trace(path: Path, steps: int, top: int = 12) -> dict:
 
 
 async def profile_load(url: str, prompts: list[list[int]], output_len: int, steps: int, out_dir: Path,
-                       timeout: float = 600, settle: float = 15) -> tuple[Path, int]:
+                       timeout: float = 600, settle: float = 5) -> tuple[Path, int]:
     """Decode ``prompts`` together; once all stream (or none more starts for ``settle`` seconds),
     profile ``steps`` steps; return the trace written and how many requests were streaming."""
     first = asyncio.Semaphore(0)
@@ -118,8 +119,9 @@ async def profile_load(url: str, prompts: list[list[int]], output_len: int, step
                 waiter.cancel()
                 ended = [t for t in tasks if t.done()]
                 if ended:
-                    raise RuntimeError(f"a request ended before all {len(prompts)} streamed: "
-                                       f"{ended[0].exception() or 'finished'}")
+                    raise RuntimeError(f"a request ended before all {len(prompts)} streamed "
+                                       f"({ended[0].exception() or 'finished'}): raise --output-len "
+                                       f"or lower --settle")
                 if not running:
                     raise RuntimeError(f"no request streamed within {timeout:.0f} s")
                 break  # the server runs no more at once: profile the ones running
@@ -168,12 +170,15 @@ def main(argv=None) -> int:
     parser.add_argument("--loads", default="16,256", help="running requests while the steps are profiled")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--input-len", type=int, default=512)
-    parser.add_argument("--output-len", type=int, default=768, help="enough for the ramp and the steps")
-    parser.add_argument("--settle", type=float, default=15.0,
+    parser.add_argument("--output-len", type=int, default=1536,
+                        help="long enough that no request ends before the ramp, the settle and the steps are over")
+    parser.add_argument("--settle", type=float, default=5.0,
                         help="seconds without a new request streaming after which the load is what runs")
     parser.add_argument("--max-running-requests", type=int, default=256)
     parser.add_argument("--static-gb", type=float, default=None, help="static GPU memory per server, GiB")
     parser.add_argument("--tiers", help="a verify-tiers record for the CoRun-tiers arm")
+    parser.add_argument("--arm-args", action="append", default=[], metavar="ARM=ARGS",
+                        help="extra server options for one arm (repeatable), as in bench/run.py")
     args = parser.parse_args(argv)
 
     from corun_sglang.launch import Server
@@ -182,6 +187,7 @@ def main(argv=None) -> int:
     unknown = [a for a in arms if a not in run.ARMS]
     if unknown or ("CoRun-tiers" in arms and not args.tiers):
         parser.error(f"unknown arms {unknown}" if unknown else "the CoRun-tiers arm needs --tiers RECORD")
+    extra = run.arm_args(args.arm_args, arms)
     loads = sorted({int(n) for n in args.loads.split(",")})
     if loads[-1] > args.max_running_requests:
         parser.error(f"a load above --max-running-requests {args.max_running_requests}")
@@ -195,15 +201,17 @@ def main(argv=None) -> int:
     shared = ["--max-running-requests", str(args.max_running_requests), *args.server_args.split()]
     for arm in arms:
         tiered = ["--corun-decode-tiers", args.tiers] if arm == "CoRun-tiers" else []
-        server = Server(str(ckpt), run.ARMS[arm] + tiered + shared, Path(args.logs) / f"profile-{arm}.log",
+        server = Server(str(ckpt), run.ARMS[arm] + extra[arm] + tiered + shared, Path(args.logs) / f"profile-{arm}.log",
                         timeout=900, static_gb=args.static_gb)
         try:
             for load in loads:
                 prompts = workloads.prompts([(args.input_len, args.output_len)] * load, seed=load)
+                out_dir = traces / f"{arm}-{load}"
                 trace, running = asyncio.run(profile_load(server.url, prompts, args.output_len, args.steps,
-                                                          traces / f"{arm}-{load}", settle=args.settle))
+                                                          out_dir, settle=args.settle))
+                kv = serverlog.kv_at_profiles(server.log.read_text(errors="replace")).get(str(out_dir))
                 row = {"shape": args.shape, "arm": arm, "load": load, "running": running, "steps": args.steps,
-                       "input_len": args.input_len, "trace": str(trace),
+                       "input_len": args.input_len, "kv_tokens": kv, "trace": str(trace),
                        **summarize_trace(trace, args.steps), "server_command": server.command}
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")

@@ -132,6 +132,14 @@ def test_schedule_rotates_arms_and_resume_skips_whole_repetitions_only(tmp_path)
     assert run.done_reps(out, ["STD", "BI"]) == set()  # BI alone ran in rep 1: the repetition is not done
 
 
+def test_arm_args_reach_only_the_arm_named():
+    extra = run.arm_args(["BI=--disable-prefill-cuda-graph", "BI=--foo 1"], ["STD", "BI", "CoRun"])
+    assert extra == {"STD": [], "BI": ["--disable-prefill-cuda-graph", "--foo", "1"], "CoRun": []}
+    for bad in ("BI", "XX=--foo"):  # no arm given, or an arm this run does not serve
+        with pytest.raises(SystemExit, match="ARM=ARGS"):
+            run.arm_args([bad], ["STD", "BI"])
+
+
 def test_the_decode_wave_is_what_the_server_ran_at_once():
     # default SGLang running 255 of 256, a KV pool holding 179 long requests, a closed loop overlapping
     assert run.decode_wave(256, [[120, 9e3], [255, 1e4]]) == 255
@@ -494,7 +502,7 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
     script = Path(__file__).resolve().parents[1] / "bench" / "slices.sh"
     text = script.read_text()
     for name in ("dense-core", "dense-long", "dense-sweep", "dense-ablation", "dense-ablation-c16", "dense-tiers",
-                 "dense-profile", "dense-padding", "moe-core", "tp2-core", "sampler"):
+                 "dense-profile", "dense-padding", "moe-core", "moe-long", "moe-profile", "tp2-core", "sampler"):
         assert f"#   {name}" in text and f"{name})" in text
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "no-such-slice"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout
@@ -636,7 +644,7 @@ def test_step_profile_profiles_the_load_a_server_runs_and_resumes_by_arm(tmp_pat
                                                                settle=0.5))
         assert running == 2 and trace.exists() and len(server.profiles) == 1
         # without a cap, the profile waits for all: a short output ends a request first
-        with pytest.raises(RuntimeError, match="ended before all 3 streamed: finished"):
+        with pytest.raises(RuntimeError, match=r"ended before all 3 streamed \(finished\): raise --output-len"):
             asyncio.run(step_profile.profile_load(url, [[1], [2], [3]], 5, 7, tmp_path / "u", settle=2))
     finally:
         server.shutdown()
@@ -651,7 +659,7 @@ def test_report_tables_step_profiles(tmp_path):
     rows = [{"shape": "qwen3-8b", "arm": arm, "load": 16, "span_ms_per_step": span, "kernel_ms_per_step": kern,
              "by_kind_ms": {"gemm": gemm, "attention": 1.0}} for arm, span, kern, gemm in
             (("CoRun-tiers", 8.0, 7.5, 5.0), ("STD", 6.4, 6.0, 4.0), ("STD", 6.5, 6.0, 4.0))]
-    rows.append({**rows[-1], "load": 256, "running": 255})  # the load a server ran, where it ran fewer
+    rows.append({**rows[-1], "load": 256, "running": 255, "kv_tokens": 239954})  # a server ran fewer
     profile = tmp_path / "step_profile.jsonl"
     profile.write_text("\n".join(json.dumps(r) for r in rows))
     runs = tmp_path / "runs.jsonl"
@@ -659,7 +667,7 @@ def test_report_tables_step_profiles(tmp_path):
     out = tmp_path / "benchmarks.md"
     assert report.main([str(runs), "--out", str(out), "--step-profile", str(profile)]) == 0
     text = out.read_text()
-    assert "| shape | load | arm | GPU span | kernels | waiting | gemm | attention |" in text
-    std = text.index("| qwen3-8b | 16 | STD | 6.50 | 6.00 | 0.50 | 4.00 | 1.00 |")  # the latest row only
-    assert "6.40" not in text and "| qwen3-8b | 256 (255 ran) | STD | 6.50 |" in text
-    assert std < text.index("| qwen3-8b | 16 | CoRun-tiers | 8.00 | 7.50 | 0.50 | 5.00 | 1.00 |")
+    assert "| shape | load | arm | KV tokens | GPU span | kernels | waiting | gemm | attention |" in text
+    std = text.index("| qwen3-8b | 16 | STD | - | 6.50 | 6.00 | 0.50 | 4.00 | 1.00 |")  # the latest row only
+    assert "6.40" not in text and "| qwen3-8b | 256 (255 ran) | STD | 239,954 | 6.50 |" in text
+    assert std < text.index("| qwen3-8b | 16 | CoRun-tiers | - | 8.00 | 7.50 | 0.50 | 5.00 | 1.00 |")

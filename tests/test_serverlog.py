@@ -34,6 +34,15 @@ def test_the_first_sample_of_a_run_is_dropped_it_spans_the_idle_time_before():
     assert serverlog.decode_steps("no decode lines\n") == []
 
 
+def test_kv_tokens_at_each_profile_come_from_the_first_decode_line_after_it():
+    start = "[2026-12-01 01:51:54] Profiling starts. Traces will be saved to: /r/traces/STD-{} (with profile id: x)\n"
+    text = start.format(1) + LOG + start.format(256) + LOG.splitlines()[-1] + "\n" + start.format(16)
+    assert serverlog.kv_at_profiles(text) == {"/r/traces/STD-1": 86463, "/r/traces/STD-256": 3000,
+                                              "/r/traces/STD-16": None}
+    staged = "[t] Profiling starts for prefill. Traces will be saved to: /r/traces/x (with profile id: y)\n"
+    assert serverlog.kv_at_profiles(staged + LOG) == {"/r/traces/x": 86463}
+
+
 def test_step_time_and_seconds_by_load():
     steps = [[224, 16000.0], [4, 400.0], [8, 400.0]]
     assert serverlog.step_ms(steps, 129, 256) == pytest.approx(14.0)
