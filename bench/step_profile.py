@@ -44,7 +44,7 @@ import workloads  # noqa: E402
 #: Kernel kinds, tried in order (case-insensitive): the first pattern that matches a kernel's name names
 #: its kind. Norms and rotary embeddings come before attention: FlashInfer names its own ones too.
 KINDS = (
-    ("moe", r"fused_moe|moe_align|moe_sum|topk_softmax|grouped_topk"),
+    ("moe", r"fused_moe|moe_align|moe_sum|topk_softmax|grouped_topk|expert"),
     ("sampler", r"_gumbel|_cand_|_reduce_chunks|_nucleus|sampling|softmax|sort|topk"),
     ("communication", r"nccl|all_?reduce|cross_device_reduce|custom_ar"),
     ("norm/activation", r"norm|rotary|rope|silu|act_and_mul|gelu"),

@@ -576,6 +576,8 @@ def test_step_profile_sorts_kernels_into_kinds():
         "void flashinfer::sampling::TopKTopPSamplingFromProbKernel<...>": "sampler",
         "_gumbel_argmax_partial": "sampler",
         "fused_moe_kernel": "moe",
+        "_moe_sum_reduce_kernel": "moe",
+        "void count_and_sort_expert_tokens_kernel<int>(...)": "moe",  # not the sampler's "sort"
         "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 2>(...)": "communication",
         "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)": "communication",
         "void at::native::elementwise_kernel<128, 2, ...>": "other",
