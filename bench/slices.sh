@@ -13,7 +13,7 @@
 #   dense-ablation-c16  qwen3-8b, sharegpt at concurrency 16: STD, split-KV off, CoRun with decode tiers
 #                   (what a light load's steps cost: the attention without split-KV, or the rest of CoRun)
 #   dense-profile   qwen3-8b: GPU time per decode step by kernel kind, 16, 64 and 256 requests running:
-#                   STD, split-KV off, CoRun, CoRun with the committed decode tiers record
+#                   STD, split-KV off, CoRun, CoRun with the decode tiers verify-tiers keeps here
 #   moe-profile     qwen3-30b-a3b: the same at 16, 64 and 256 running: STD, BI, CoRun
 #   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 8, 32, 64, 128, 256, and STD
 #   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448;
@@ -52,7 +52,7 @@ for spec in "$@"; do
         dense-tiers) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,64,256 --arms STD,CoRun,CoRun-tiers \
             --workloads "$(only sharegpt)" ;;
         dense-profile) python3 bench/step_profile.py --shape qwen3-8b --arms CoRun,CoRun-tiers,STD,SplitKV-off \
-            --loads 16,64,256 --tiers docs/results/tiers/tiers-qwen3-8b-tp1-bench-gpu0.json \
+            --loads 16,64,256 \
             --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
         dense-padding) python3 bench/padding.py --shape qwen3-8b --n 1,8,32,64,128,256 --reps 3 \
             --out "$results/padding.jsonl" --logs "$results/logs" ;;

@@ -176,7 +176,10 @@ def main(argv=None) -> int:
                         help="seconds without a new request streaming after which the load is what runs")
     parser.add_argument("--max-running-requests", type=int, default=256)
     parser.add_argument("--static-gb", type=float, default=None, help="static GPU memory per server, GiB")
-    parser.add_argument("--tiers", help="a verify-tiers record for the CoRun-tiers arm")
+    parser.add_argument("--tiers", help="a verify-tiers record for the CoRun-tiers arm (default: verify "
+                        "--tier-candidates first, as bench/run.py does)")
+    parser.add_argument("--tier-candidates", default="64,72,88,96,104,128,160,192,224",
+                        help="decode graph sizes verified for the CoRun-tiers arm when --tiers is not given")
     parser.add_argument("--arm-args", action="append", default=[], metavar="ARM=ARGS",
                         help="extra server options for one arm (repeatable), as in bench/run.py")
     args = parser.parse_args(argv)
@@ -185,8 +188,8 @@ def main(argv=None) -> int:
 
     arms = args.arms.split(",")
     unknown = [a for a in arms if a not in run.ARMS]
-    if unknown or ("CoRun-tiers" in arms and not args.tiers):
-        parser.error(f"unknown arms {unknown}" if unknown else "the CoRun-tiers arm needs --tiers RECORD")
+    if unknown:
+        parser.error(f"unknown arms {unknown}")
     extra = run.arm_args(args.arm_args, arms)
     loads = sorted({int(n) for n in args.loads.split(",")})
     if loads[-1] > args.max_running_requests:
@@ -199,8 +202,11 @@ def main(argv=None) -> int:
     ckpt = common.prepare(args)
     traces = Path(args.logs) / "traces"
     shared = ["--max-running-requests", str(args.max_running_requests), *args.server_args.split()]
+    record = args.tiers
+    if "CoRun-tiers" in arms and not record:
+        record = run.tiers_record(args, args.shape, ckpt, shared).source
     for arm in arms:
-        tiered = ["--corun-decode-tiers", args.tiers] if arm == "CoRun-tiers" else []
+        tiered = ["--corun-decode-tiers", record] if arm == "CoRun-tiers" else []
         server = Server(str(ckpt), run.ARMS[arm] + extra[arm] + tiered + shared, Path(args.logs) / f"profile-{arm}.log",
                         timeout=900, static_gb=args.static_gb)
         try:

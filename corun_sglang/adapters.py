@@ -98,6 +98,7 @@ def _tier_environment(model_runner) -> dict:
     return tiers.environment(
         model_runner.model_config.hf_config.to_dict(), model_runner.model_config.dtype, model_runner.server_args,
         gpu=torch.cuda.get_device_name(torch.cuda.current_device()), cuda=torch.version.cuda, installed=tiers.versions(),
+        blas=tiers.blas_setup(),
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -28,6 +29,9 @@ DISTRIBUTIONS = (
     "corun-sglang", "sglang", "sgl-kernel", "flashinfer-python", "torch", "triton",
     "nvidia-cublas", "nvidia-cublas-cu12", "nvidia-cublas-cu13",
 )
+
+#: Environment variables that steer which GEMM kernels cuBLAS and cuBLASLt pick (their workspace sizes).
+BLAS_ENV = ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE")
 
 #: Model config keys that name or date a checkpoint without changing what it computes.
 _NOT_THE_MODEL = ("_name_or_path", "name_or_path", "transformers_version", "_commit_hash")
@@ -120,9 +124,20 @@ def versions(names: Iterable[str] = DISTRIBUTIONS) -> dict[str, str]:
     return out
 
 
+def blas_setup(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The BLAS library PyTorch runs unquantized GEMMs through (``torch.backends.cuda.preferred_blas_library``,
+    which ``TORCH_BLAS_PREFER_CUBLASLT`` sets) and the ``BLAS_ENV`` settings (None where unset)."""
+    import torch
+
+    environ = os.environ if environ is None else environ
+    return {"library": torch.backends.cuda.preferred_blas_library().name.lower(),
+            **{name: environ.get(name) for name in BLAS_ENV}}
+
+
 def environment(model_config: Mapping[str, Any], dtype: Any, server_args: Any, gpu: str, cuda: str | None,
-                installed: Mapping[str, str]) -> dict[str, Any]:
-    """Everything a decode graph's kernels can depend on besides N, as a flat JSON-able mapping."""
+                installed: Mapping[str, str], blas: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything a decode graph's kernels can depend on besides N, as a flat JSON-able mapping:
+    ``blas`` is ``blas_setup()``, since the library and its workspace choose the GEMM kernels."""
     return {
         "model": model_digest(model_config),
         "dtype": str(dtype),
@@ -133,6 +148,7 @@ def environment(model_config: Mapping[str, Any], dtype: Any, server_args: Any, g
         "attention_backend": server_args.attention_backend,
         "gpu": gpu,
         "cuda": cuda,
+        **{f"blas {k}": v for k, v in sorted(blas.items())},
         **{f"version {k}": v for k, v in sorted(installed.items())},
     }
 

@@ -58,11 +58,33 @@ def test_model_digest_ignores_names_but_not_shapes():
 def test_environment_holds_what_kernels_depend_on(make_args):
     args = make_args()
     env = tiers.environment({"hidden_size": 64}, "torch.bfloat16", args, gpu="NVIDIA H200", cuda="13.0",
-                            installed={"sglang": "0.5.17", "torch": "2.11.0"})
+                            installed={"sglang": "0.5.17", "torch": "2.11.0"}, blas=tiers.blas_setup({}))
     assert env["gpu"] == "NVIDIA H200" and env["dtype"] == "torch.bfloat16" and env["version sglang"] == "0.5.17"
     assert env["tp_size"] == args.tp_size and env["attention_backend"] == args.attention_backend
+    assert env["blas library"] == "cublas" and env["blas CUBLAS_WORKSPACE_CONFIG"] is None
     json.dumps(env)  # a record stores it as JSON
     assert "sglang" in tiers.versions()
+
+
+def test_a_record_verified_through_one_blas_setup_is_not_served_through_another(make_args):
+    """cuBLAS and cuBLASLt give a GEMM row other bits at other sizes (docs/results/gemm_tiers.md)."""
+    import torch
+
+    def env(**blas):
+        return tiers.environment({}, "torch.bfloat16", make_args(), gpu="g", cuda="13.0", installed={},
+                                 blas=blas)
+
+    cublas = env(**tiers.blas_setup({}))
+    workspace = env(**tiers.blas_setup({"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}))
+    assert tiers.mismatches(cublas, workspace) == [
+        "blas CUBLAS_WORKSPACE_CONFIG: verified with None, this server has ':4096:8'"]
+    before = torch.backends.cuda.preferred_blas_library()
+    try:  # what TORCH_BLAS_PREFER_CUBLASLT=1 sets
+        torch.backends.cuda.preferred_blas_library("cublaslt")
+        assert tiers.mismatches(cublas, env(**tiers.blas_setup({}))) == [
+            "blas library: verified with 'cublas', this server has 'cublaslt'"]
+    finally:
+        torch.backends.cuda.preferred_blas_library(before)
 
 
 def test_mismatches_name_each_differing_field():
