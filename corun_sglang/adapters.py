@@ -11,7 +11,7 @@ import functools
 import inspect
 import logging
 
-from corun_sglang import policy, rng
+from corun_sglang import decode_grid, policy, rng
 from corun_sglang.startup import check_startup
 
 logger = logging.getLogger(__name__)
@@ -174,13 +174,30 @@ def _signature(fn) -> inspect.Signature:
 
 
 def decode_plan(original, self, *args, **kwargs):
-    """Every FlashInfer decode plan (graph capture, replay, eager) runs without split-KV."""
+    """Every FlashInfer decode plan (graph capture, replay, eager) runs without split-KV; a CUDA-graph
+    plan's surplus blocks recompute the batch's request with the fewest KV tokens (``decode_grid``)."""
     if not _applies("splitkv-off"):
         return original(self, *args, **kwargs)
     bound = _signature(original).bind(self, *args, **kwargs)
     bound.arguments["fixed_split_size"] = None
     bound.arguments["disable_split_kv"] = True
-    return original(*bound.args, **bound.kwargs)
+    wrapper, batch_size = bound.arguments["wrapper"], len(bound.arguments["req_pool_indices"])
+    request = decode_grid.cheapest(bound.arguments.get("seq_lens_cpu"), batch_size)
+    # laid out as this graph's previous plan, which this plan repeats and copies to the GPU
+    filled = _fill_surplus(self, wrapper, batch_size, request)
+    result = original(*bound.args, **bound.kwargs)
+    if not filled:  # the graph's first plan
+        _fill_surplus(self, wrapper, batch_size, request)
+    return result
+
+
+def _fill_surplus(updater, wrapper, batch_size: int, request: int) -> bool:
+    plan = getattr(wrapper, "_plan_info", None)
+    buffer = getattr(wrapper, "_pin_memory_int_workspace_buffer", None)
+    if plan is None or buffer is None or not getattr(wrapper, "is_cuda_graph_enabled", False):
+        return False
+    group = updater.num_qo_heads // updater.num_kv_heads
+    return decode_grid.fill(buffer, list(plan), batch_size, group, request) > 0
 
 
 # ----------------------------------------------------------------- request-bound RNG

@@ -172,6 +172,45 @@ def test_decode_plan_turns_split_kv_off(serving):
     assert seen["fixed_split_size"] == 2048 and seen["disable_split_kv"] is False
 
 
+def test_decode_plan_points_a_graph_plans_surplus_blocks_at_the_cheapest_request(serving):
+    """FlashInfer's CUDA-graph decode wrapper, as far as the adapter reads it: the plan it made last and
+    the page-locked int workspace each plan copies to the GPU (tests/test_decode_grid.py lays it out)."""
+    from sglang.srt.layers.attention.flashinfer_backend import FlashInferIndicesUpdaterDecode
+    from test_decode_grid import _buffer, _plan
+
+    real = FlashInferIndicesUpdaterDecode.call_begin_forward
+    while hasattr(real, "__wrapped__"):
+        real = real.__wrapped__
+
+    class Wrapper:
+        is_cuda_graph_enabled = True
+        _plan_info = None
+        _pin_memory_int_workspace_buffer = _buffer()
+
+    class Updater:
+        num_qo_heads, num_kv_heads = 32, 8
+
+    copied = []
+
+    def original(updater, wrapper, *args, **kwargs):  # a plan: lays out the workspace, copies it to the GPU
+        wrapper._plan_info = _plan()
+        copied.append(wrapper._pin_memory_int_workspace_buffer[:28].view(torch.int32).tolist())
+
+    original.__signature__ = __import__("inspect").signature(real)
+    serving(True)
+    wrapper, lens = Wrapper(), torch.tensor([900, 35, 1, 1])
+    for _ in range(2):
+        adapters.decode_plan(original, Updater(), wrapper, torch.zeros(4), lens, 937, "indptr", "start", None, lens)
+    # the first plan's copy still held the stale entries; from the second on, the surplus runs slot 2
+    assert copied[0][4:] != [2, 2, 2] and copied[1] == [0, 1, 2, 3, 2, 2, 2]
+    serving(False)  # default SGLang: the workspace is FlashInfer's alone
+    wrapper = Wrapper()
+    wrapper._pin_memory_int_workspace_buffer = _buffer()
+    for _ in range(2):
+        adapters.decode_plan(original, Updater(), wrapper, torch.zeros(4), lens, 937, "indptr", "start", None, lens)
+    assert copied[-1][4:] == copied[0][4:]
+
+
 def test_batch_seeds_are_per_request_and_derived_when_missing(serving):
     from sglang.srt.managers.schedule_batch import ScheduleBatch
     from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
