@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import weakref
 
 from corun_sglang import decode_grid, policy, rng
 from corun_sglang.startup import check_startup
@@ -191,13 +192,22 @@ def decode_plan(original, self, *args, **kwargs):
     return result
 
 
+#: The request each CUDA-graph decode wrapper's surplus blocks point at now (fill only on a change).
+_surplus_request: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def _fill_surplus(updater, wrapper, batch_size: int, request: int) -> bool:
     plan = getattr(wrapper, "_plan_info", None)
     buffer = getattr(wrapper, "_pin_memory_int_workspace_buffer", None)
     if plan is None or buffer is None or not getattr(wrapper, "is_cuda_graph_enabled", False):
         return False
+    if _surplus_request.get(wrapper) == request:
+        return True
     group = updater.num_qo_heads // updater.num_kv_heads
-    return decode_grid.fill(buffer, list(plan), batch_size, group, request) > 0
+    if decode_grid.fill(buffer, list(plan), batch_size, group, request) == 0:
+        return False
+    _surplus_request[wrapper] = request
+    return True
 
 
 # ----------------------------------------------------------------- request-bound RNG

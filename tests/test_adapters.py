@@ -203,6 +203,9 @@ def test_decode_plan_points_a_graph_plans_surplus_blocks_at_the_cheapest_request
         adapters.decode_plan(original, Updater(), wrapper, torch.zeros(4), lens, 937, "indptr", "start", None, lens)
     # the first plan's copy still held the stale entries; from the second on, the surplus runs slot 2
     assert copied[0][4:] != [2, 2, 2] and copied[1] == [0, 1, 2, 3, 2, 2, 2]
+    full = torch.tensor([900, 35, 40, 700])  # no padding slot left: the shortest request
+    adapters.decode_plan(original, Updater(), wrapper, torch.zeros(4), full, 1675, "indptr", "start", None, full)
+    assert copied[-1] == [0, 1, 2, 3, 1, 1, 1]
     serving(False)  # default SGLang: the workspace is FlashInfer's alone
     wrapper = Wrapper()
     wrapper._pin_memory_int_workspace_buffer = _buffer()
