@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import torch
+
 #: FlashInfer's ``PrefillPlanInfo::ToVector`` order (attention/scheduler.cuh), which the tensor-core
 #: decode plan returns.
 PLAN_FIELDS = (
@@ -34,12 +36,14 @@ INDEX_ARRAYS = ("request_indices_offset", "qo_tile_indices_offset", "kv_tile_ind
 ENTRY_BYTES = 4
 
 
+def _fields(plan_info: Sequence[int]) -> dict[str, int] | None:
+    return dict(zip(PLAN_FIELDS, (int(v) for v in plan_info))) if len(plan_info) == len(PLAN_FIELDS) else None
+
+
 def surplus(plan_info: Sequence[int], batch_size: int, group_size: int) -> range | None:
     """The block indices past the batch's tiles, or None where ``fill`` must not act."""
-    if len(plan_info) != len(PLAN_FIELDS):
-        return None
-    info = dict(zip(PLAN_FIELDS, (int(v) for v in plan_info)))
-    if not info["enable_cuda_graph"] or info["split_kv"] or group_size > info["cta_tile_q"]:
+    info = _fields(plan_info)
+    if info is None or not info["enable_cuda_graph"] or info["split_kv"] or group_size > info["cta_tile_q"]:
         return None
     return range(batch_size, info["padded_batch_size"])
 
@@ -56,11 +60,11 @@ def fill(page_locked_int_buffer: Any, plan_info: Sequence[int], batch_size: int,
     blocks = surplus(plan_info, batch_size, group_size)
     if not blocks:
         return 0
-    info = dict(zip(PLAN_FIELDS, (int(v) for v in plan_info)))
+    info = _fields(plan_info)
     entries = info["padded_batch_size"]
     for name, value in zip(INDEX_ARRAYS, (request, 0, 0)):
         start = info[name]
-        array = page_locked_int_buffer[start:start + entries * ENTRY_BYTES].view(dtype=_int32())
+        array = page_locked_int_buffer[start:start + entries * ENTRY_BYTES].view(dtype=torch.int32)
         array[blocks.start:blocks.stop] = value
     return len(blocks)
 
@@ -71,9 +75,3 @@ def cheapest(seq_lens_cpu: Any, batch_size: int) -> int:
     if seq_lens_cpu is None or len(seq_lens_cpu) < batch_size:
         return batch_size - 1
     return int(seq_lens_cpu[:batch_size].argmin())
-
-
-def _int32():
-    import torch
-
-    return torch.int32
