@@ -56,12 +56,19 @@ def _stats(name: str, values_ms: list[float]) -> dict:
     }
 
 
+def first_wave(records: list[Record], wave: int) -> list[Record]:
+    """The ``wave`` requests that got their first tokens first (the server admits them in its own
+    order, not the order they were sent); empty if fewer than ``wave`` got one."""
+    started = sorted((r for r in records if r.first is not None), key=lambda r: r.first)
+    return started[:wave] if wave > 0 and len(started) >= wave else []
+
+
 def _wave_window(records: list[Record], wave: int) -> tuple[float, float] | None:
-    """(t0, t1): from the last first token of the first ``wave`` requests to their first completion."""
-    first_wave = records[:wave]
-    if not first_wave or any(r.first is None or r.end is None or r.error for r in first_wave):
+    """(t0, t1): from the last first token of the first wave to its first completion."""
+    first = first_wave(records, wave)
+    if not first or any(r.end is None or r.error for r in first):
         return None
-    t0, t1 = max(r.first for r in first_wave), min(r.end for r in first_wave)
+    t0, t1 = max(r.first for r in first), min(r.end for r in first)
     return (t0, t1) if t1 > t0 else None
 
 
@@ -98,7 +105,7 @@ def decode_step_throughput(records: list[Record], wave: int) -> float | None:
     t0, t1 = window
     per_token = [
         (t - prev_t) / (n - prev_n)
-        for r in records[:wave]
+        for r in first_wave(records, wave)
         for (prev_t, prev_n), (t, n) in zip(zip(r.chunks, r.chunk_tokens), zip(r.chunks[1:], r.chunk_tokens[1:]))
         if t0 <= prev_t and t <= t1 and n > prev_n
     ]

@@ -17,7 +17,7 @@ from ``bench/padding.py``) are plotted.
 
     python bench/report.py docs/results/bench/runs.jsonl --out docs/results/benchmarks.md \
         --plots docs/results/bench [--notes notes.md] [--padding docs/results/bench/padding.jsonl] \
-        [--sampler sampler.json ...] [--step-profile docs/results/bench/step_profile.jsonl]
+        [--sampler sampler.json ...] [--step-profile step_profile.jsonl ...]
 
 The targets table checks each target on every cell it applies to, with the
 ratio of paired repetitions (rep k of one arm against rep k of the other).
@@ -412,7 +412,7 @@ def coverage_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
 
 def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], header: str,
            padding: list[dict] | None = None, sampler: list[dict] | None = None, notes: str = "",
-           step_profile: list[dict] | None = None) -> str:
+           step_profile: list[tuple[str, list[dict]]] | None = None) -> str:
     """The report; ``groups`` is ``{study: (rows, cells)}``, ``plots`` is keyed by (study, ...)."""
     lines = ["# Benchmarks: STD vs BI vs CoRun", "", header, ""]
     goals = targets_table(groups)
@@ -462,8 +462,10 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
     if step_profile:
         lines += ["## Decode step profiles (GPU ms per step, from SGLang's profiler)", "",
                   "Each arm decodes `load` requests at once; kernels are summed by kind "
-                  "(`bench/step_profile.py`); \"waiting\" is the span less the kernels.", ""]
-        lines += step_profile_table(step_profile) + [""]
+                  "(`bench/step_profile.py`); \"waiting\" is the span less the kernels. Each file is one "
+                  "run on one GPU: arms compare within a file.", ""]
+        for source, rows in step_profile:
+            lines += [f"`{source}`:", ""] + step_profile_table(rows) + [""]
     ablation = [(study, key) for study, (_, c) in groups.items()
                 for key in sorted({k[:3] for k in c if k[3] in ABLATION_ARMS})]
     if ablation:
@@ -519,7 +521,8 @@ def main(argv=None) -> int:
     parser.add_argument("--header", default="", help="host, versions and commands, as markdown")
     parser.add_argument("--padding", help="JSON lines written by bench/padding.py")
     parser.add_argument("--sampler", action="append", default=[], help="JSON written by bench/sampler.py (repeatable)")
-    parser.add_argument("--step-profile", help="JSON lines written by bench/step_profile.py")
+    parser.add_argument("--step-profile", action="append", default=[],
+                        help="JSON lines written by bench/step_profile.py in one run (repeatable: a table each)")
     parser.add_argument("--plots", help="folder for the PNGs (default: the report's folder)")
     parser.add_argument("--notes", help="markdown file placed under the targets table (explanations of misses)")
     args = parser.parse_args(argv)
@@ -553,8 +556,7 @@ def main(argv=None) -> int:
         plots[("padding",)] = (link / "padding.png").as_posix()
     sampler = [json.loads(Path(p).read_text()) for p in args.sampler]
     notes = Path(args.notes).read_text() if args.notes else ""
-    profile = (latest(read_jsonl(args.step_profile), lambda r: (r["shape"], r["arm"], r["load"]))
-               if args.step_profile else None)
+    profile = [(p, latest(read_jsonl(p), lambda r: (r["shape"], r["arm"], r["load"]))) for p in args.step_profile]
     out.write_text(render(groups, plots, args.header, padding, sampler, notes, profile))
     print(out.read_text())
     return 0

@@ -48,7 +48,7 @@ KINDS = (
     ("sampler", r"_gumbel|_cand_|_reduce_chunks|_nucleus|sampling|softmax|sort|topk"),
     ("communication", r"nccl|all_?reduce|cross_device_reduce|custom_ar"),
     ("norm/activation", r"norm|rotary|rope|silu|act_and_mul|gelu"),
-    ("attention", r"batchprefill|batchdecode|persistent|mergestate|fmha|flash_fwd|attn|attention"),
+    ("attention", r"batchprefill|batchdecode|mergestate|fmha|flash_fwd|attn|attention"),
     ("gemm", r"gemm|nvjet|xmma|cutlass|cublas|splitkreduce|matmul|wgmma"),
 )
 _KIND_RES = tuple((kind, re.compile(pattern, re.IGNORECASE)) for kind, pattern in KINDS)

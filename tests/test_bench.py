@@ -226,6 +226,26 @@ def test_report_checks_targets_on_paired_repetitions_and_tables_the_sampler(tmp_
     assert report.paired_ratios(rows, ("qwen3-8b", "sharegpt", 256), "STD", "CoRun")[1] == pytest.approx(1100 / 700)
 
 
+def test_report_tables_each_step_profile_run_on_its_own(tmp_path):
+    def prof(arm, load, span, kv):
+        return {"shape": "qwen3-8b", "arm": arm, "load": load, "running": load, "kv_tokens": kv,
+                "span_ms_per_step": span, "kernel_ms_per_step": span - 0.5, "by_kind_ms": {"attention": 1.0}}
+
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(json.dumps(_row("STD", 0, "sharegpt", 1000)))
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_text("\n".join(json.dumps(r) for r in (prof("STD", 16, 6.0, 8704), prof("CoRun", 16, 9.0, 8704))))
+    # a row profiled again supersedes the earlier one of its run; another run's rows stay in their own table
+    second.write_text("\n".join(json.dumps(r) for r in (prof("CoRun", 16, 11.0, 8704), prof("CoRun", 16, 10.0, 8704))))
+    out = tmp_path / "benchmarks.md"
+    report.main([str(runs), "--out", str(out), "--step-profile", str(first), "--step-profile", str(second)])
+    text = out.read_text()
+    tables = text.split(f"`{second}`:")
+    assert f"`{first}`:" in tables[0] and "| qwen3-8b | 16 | CoRun | 8,704 | 9.00 | 8.50 | 0.50 | 1.00 |" in tables[0]
+    assert "| qwen3-8b | 16 | STD | 8,704 | 6.00 |" in tables[0] and "STD" not in tables[1].split("##")[0]
+    assert "| qwen3-8b | 16 | CoRun | 8,704 | 10.00 |" in tables[1] and "11.00" not in text
+
+
 def test_report_lists_ablations_relative_to_std(tmp_path):
     rows = [_row("STD", 0, "sharegpt", 1000), _row("SplitKV-off", 0, "sharegpt", 950),
             _row("SplitKV-off+IsoPrefill", 0, "sharegpt", 920), _row("CoRun", 0, "sharegpt", 900)]
@@ -441,6 +461,10 @@ def test_decode_phase_is_the_window_where_the_whole_first_wave_decodes():
     assert client.summarize([a, c], 6.0, wave=2)["decode_phase_s"] is None
     failed = client.Record(start=0.0, error="ReadError")
     assert client.summarize([a, failed], 6.0, wave=2)["decode_phase_throughput"] is None
+    # a server admits a wave in its own order: sent second, ``late`` waited for a's room, so the
+    # wave is a and b, whatever the order they were sent in
+    assert client.decode_phase_window([a, late, b], wave=2) == (2.0, 4)
+    assert client.decode_step_throughput([a, late, b], wave=2) == client.decode_step_throughput([a, b], wave=2)
 
 
 def test_decode_step_throughput_reads_full_steps_where_a_short_window_reads_low():
@@ -570,6 +594,8 @@ def test_step_profile_sorts_kernels_into_kinds():
         "nvjet_tst_128x64_64x8_1x2_h_bz_coopA_TNT": "gemm",
         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64": "gemm",
         "void flashinfer::BatchPrefillWithPagedKVCacheKernel<KernelTraits>(Params)": "attention",
+        "void flashinfer::PersistentVariableLengthMergeStatesKernel<8u, 16u, 8u, 4u, ...>(...)": "attention",
+        "matmul_kernel_persistent": "gemm",  # the batch-invariant GEMM, not an attention kernel
         "void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(...)": "norm/activation",
         "void flashinfer::BatchQKApplyRotaryPosIdsCosSinCacheHeadParallelismKernel<...>": "norm/activation",
         "void flashinfer::activation::act_and_mul_kernel<...>": "norm/activation",
