@@ -3,7 +3,7 @@
 ``check_startup()`` runs in every process that serves with ``--corun`` (the
 server when it resolves its options, each scheduler when it starts). It
 raises ``CorunStartupError`` naming the cause and the fix if the installed
-SGLang is not the one corun-sglang is written against, if any hook target
+SGLang or FlashInfer is not the one corun-sglang is written against, if any hook target
 does not carry its adapter, or if a required patch is not applied. Never
 silently nondeterministic.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from corun_sglang import SGLANG_VERSION
+from corun_sglang import FLASHINFER_VERSION, SGLANG_VERSION
 
 
 class CorunStartupError(RuntimeError):
@@ -34,6 +34,16 @@ def problems(sglang_root=None) -> list[str]:
             f"{found_version}. Fix: pip install sglang=={SGLANG_VERSION}"
         ]
     found = []
+    try:
+        flashinfer = importlib.metadata.version("flashinfer-python")
+    except importlib.metadata.PackageNotFoundError:
+        flashinfer = None
+    if flashinfer != FLASHINFER_VERSION:
+        found.append(
+            f"--corun serves attention through FlashInfer {FLASHINFER_VERSION} (the release SGLang "
+            f"{SGLANG_VERSION} pins), found {flashinfer or 'none'}. "
+            f"Fix: pip install flashinfer-python=={FLASHINFER_VERSION}"
+        )
     unhooked = hooks.unhooked()
     if unhooked:
         found.append(

@@ -49,3 +49,14 @@ def test_other_sglang_version_is_refused(monkeypatch):
     )
     (problem,) = startup.problems()
     assert "0.5.18" in problem and "pip install sglang==0.5.17" in problem
+
+
+def test_other_flashinfer_version_is_refused(monkeypatch):
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: "0.6.16" if name == "flashinfer-python" else real(name)
+    )
+    (problem,) = startup.problems()
+    assert "found 0.6.16" in problem and "pip install flashinfer-python==0.6.15.post1" in problem
