@@ -40,23 +40,14 @@ def test_corun_refuses_to_start_when_a_hook_is_missing(sglang_plugins, make_args
     make_args()  # without --corun nothing is checked
 
 
-def test_other_sglang_version_is_refused(monkeypatch):
+@pytest.mark.parametrize("dist, found, fix", [
+    ("sglang", "0.5.18", "pip install sglang==0.5.17"),
+    ("flashinfer-python", "0.6.16", "pip install flashinfer-python==0.6.15.post1"),
+])
+def test_other_sglang_or_flashinfer_version_is_refused(monkeypatch, dist, found, fix):
     import importlib.metadata
 
     real = importlib.metadata.version
-    monkeypatch.setattr(
-        importlib.metadata, "version", lambda name: "0.5.18" if name == "sglang" else real(name)
-    )
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: found if name == dist else real(name))
     (problem,) = startup.problems()
-    assert "0.5.18" in problem and "pip install sglang==0.5.17" in problem
-
-
-def test_other_flashinfer_version_is_refused(monkeypatch):
-    import importlib.metadata
-
-    real = importlib.metadata.version
-    monkeypatch.setattr(
-        importlib.metadata, "version", lambda name: "0.6.16" if name == "flashinfer-python" else real(name)
-    )
-    (problem,) = startup.problems()
-    assert "found 0.6.16" in problem and "pip install flashinfer-python==0.6.15.post1" in problem
+    assert found in problem and fix in problem
