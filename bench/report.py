@@ -369,10 +369,11 @@ def step_profile_table(rows: list[dict]) -> list[str]:
     """Markdown: per shape, load and arm, GPU ms per decode step: its span, the kernels in it by kind
     (``bench/step_profile.py``'s kinds, in its order), and the rest of the span (the GPU waiting on the host).
     A load the server ran fewer of says how many ran; "KV tokens" is what its KV cache held during
-    the profiled steps (attention time grows with it, so loads compare across arms only near equal KV)."""
+    the profiled steps (attention time grows with it, so loads compare across arms only near equal KV);
+    "graph slots" is the decode graph a ``--corun`` arm replayed (its tier, or N)."""
     kinds = list(dict.fromkeys(k for r in rows for k in r["by_kind_ms"]))
-    lines = ["| shape | load | arm | KV tokens | GPU span | kernels | waiting | " + " | ".join(kinds) + " |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in kinds) + " |"]
+    lines = ["| shape | load | arm | graph slots | KV tokens | GPU span | kernels | waiting | " + " | ".join(kinds) + " |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in kinds) + " |"]
     order = {arm: i for i, arm in enumerate(ORDER)}
     for r in sorted(rows, key=lambda r: (r["shape"], r["load"], order.get(r["arm"], len(order)))):
         per_kind = [f"{r['by_kind_ms'].get(k, 0.0):.2f}" for k in kinds]
@@ -380,7 +381,8 @@ def step_profile_table(rows: list[dict]) -> list[str]:
         ran = r.get("running", r["load"])
         load = f"{r['load']}" if ran == r["load"] else f"{r['load']} ({ran} ran)"
         kv = f"{r['kv_tokens']:,}" if r.get("kv_tokens") is not None else "-"
-        lines.append(f"| {r['shape']} | {load} | {r['arm']} | {kv} | {r['span_ms_per_step']:.2f} | "
+        graph = r.get("graph_slots") or "-"
+        lines.append(f"| {r['shape']} | {load} | {r['arm']} | {graph} | {kv} | {r['span_ms_per_step']:.2f} | "
                      f"{r['kernel_ms_per_step']:.2f} | {wait:.2f} | " + " | ".join(per_kind) + " |")
     return lines
 

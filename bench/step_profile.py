@@ -58,6 +58,12 @@ def kind_of(name: str) -> str:
     return next((kind for kind, pattern in _KIND_RES if pattern.search(name)), "other")
 
 
+def graph_slots(sizes: list[int], running: int) -> int:
+    """The decode graph a ``--corun`` server replays for ``running`` requests: the smallest of its
+    capture sizes (tiers, then N) that holds them."""
+    return min(n for n in sizes if n >= running)
+
+
 def summarize_trace(path: Path, steps: int, top: int = 12) -> dict:
     """ms per step of a chrome trace's GPU kernels: in all, by kind, the ``top`` kernels by name, and the span.
 
@@ -184,6 +190,7 @@ def main(argv=None) -> int:
                         help="extra server options for one arm (repeatable), as in bench/run.py")
     args = parser.parse_args(argv)
 
+    from corun_sglang import tiers
     from corun_sglang.launch import Server
 
     arms = args.arms.split(",")
@@ -207,6 +214,8 @@ def main(argv=None) -> int:
         record = run.tiers_record(args, args.shape, ckpt, shared).source
     for arm in arms:
         tiered = ["--corun-decode-tiers", record] if arm == "CoRun-tiers" else []
+        graphs = (tiers.capture_sizes(tiers.load(record).tiers if tiered else (), args.max_running_requests)
+                  if "--corun" in run.ARMS[arm] else None)
         server = Server(str(ckpt), run.ARMS[arm] + extra[arm] + tiered + shared, Path(args.logs) / f"profile-{arm}.log",
                         timeout=900, static_gb=args.static_gb)
         try:
@@ -218,6 +227,7 @@ def main(argv=None) -> int:
                 kv = serverlog.kv_at_profiles(server.log.read_text(errors="replace")).get(str(out_dir))
                 row = {"shape": args.shape, "arm": arm, "load": load, "running": running, "steps": args.steps,
                        "input_len": args.input_len, "kv_tokens": kv, "trace": str(trace),
+                       "graph_slots": graph_slots(graphs, running) if graphs else None,
                        **summarize_trace(trace, args.steps), "server_command": server.command}
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")

@@ -229,21 +229,21 @@ def test_report_checks_targets_on_paired_repetitions_and_tables_the_sampler(tmp_
 def test_report_tables_each_step_profile_run_on_its_own(tmp_path):
     def prof(arm, load, span, kv):
         return {"shape": "qwen3-8b", "arm": arm, "load": load, "running": load, "kv_tokens": kv,
-                "span_ms_per_step": span, "kernel_ms_per_step": span - 0.5, "by_kind_ms": {"attention": 1.0}}
+                "span_ms_per_step": span, "kernel_ms_per_step": span - 0.5, "by_kind_ms": {"attention": 1.0},
+                **({"graph_slots": 256} if arm == "CoRun" else {})}
 
     runs = tmp_path / "runs.jsonl"
     runs.write_text(json.dumps(_row("STD", 0, "sharegpt", 1000)))
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     first.write_text("\n".join(json.dumps(r) for r in (prof("STD", 16, 6.0, 8704), prof("CoRun", 16, 9.0, 8704))))
-    # a row profiled again supersedes the earlier one of its run; another run's rows stay in their own table
-    second.write_text("\n".join(json.dumps(r) for r in (prof("CoRun", 16, 11.0, 8704), prof("CoRun", 16, 10.0, 8704))))
+    second.write_text(json.dumps(prof("CoRun", 16, 10.0, 8704)))  # another run's rows stay in their own table
     out = tmp_path / "benchmarks.md"
     report.main([str(runs), "--out", str(out), "--step-profile", str(first), "--step-profile", str(second)])
     text = out.read_text()
     tables = text.split(f"`{second}`:")
-    assert f"`{first}`:" in tables[0] and "| qwen3-8b | 16 | CoRun | 8,704 | 9.00 | 8.50 | 0.50 | 1.00 |" in tables[0]
-    assert "| qwen3-8b | 16 | STD | 8,704 | 6.00 |" in tables[0] and "STD" not in tables[1].split("##")[0]
-    assert "| qwen3-8b | 16 | CoRun | 8,704 | 10.00 |" in tables[1] and "11.00" not in text
+    assert f"`{first}`:" in tables[0] and "| qwen3-8b | 16 | CoRun | 256 | 8,704 | 9.00 | 8.50 | 0.50 | 1.00 |" in tables[0]
+    assert "| qwen3-8b | 16 | STD | - | 8,704 | 6.00 |" in tables[0] and "STD" not in tables[1].split("##")[0]
+    assert "| qwen3-8b | 16 | CoRun | 256 | 8,704 | 10.00 |" in tables[1]
 
 
 def test_report_lists_ablations_relative_to_std(tmp_path):
@@ -612,6 +612,15 @@ def test_step_profile_sorts_kernels_into_kinds():
     assert {name: step_profile.kind_of(name) for name in names} == names
 
 
+def test_step_profile_names_the_graph_a_corun_server_replays():
+    import step_profile
+
+    assert step_profile.graph_slots([72, 128, 256], 16) == 72
+    assert step_profile.graph_slots([72, 128, 256], 72) == 72
+    assert step_profile.graph_slots([72, 128, 256], 73) == 128
+    assert step_profile.graph_slots([256], 16) == 256
+
+
 def test_step_profile_sums_a_trace_per_step(tmp_path):
     import gzip
 
@@ -689,6 +698,7 @@ def test_report_tables_step_profiles(tmp_path):
              "by_kind_ms": {"gemm": gemm, "attention": 1.0}} for arm, span, kern, gemm in
             (("CoRun-tiers", 8.0, 7.5, 5.0), ("STD", 6.4, 6.0, 4.0), ("STD", 6.5, 6.0, 4.0))]
     rows.append({**rows[-1], "load": 256, "running": 255, "kv_tokens": 239954})  # a server ran fewer
+    rows[0]["graph_slots"] = 72  # the tier a --corun arm replayed
     profile = tmp_path / "step_profile.jsonl"
     profile.write_text("\n".join(json.dumps(r) for r in rows))
     runs = tmp_path / "runs.jsonl"
@@ -696,7 +706,7 @@ def test_report_tables_step_profiles(tmp_path):
     out = tmp_path / "benchmarks.md"
     assert report.main([str(runs), "--out", str(out), "--step-profile", str(profile)]) == 0
     text = out.read_text()
-    assert "| shape | load | arm | KV tokens | GPU span | kernels | waiting | gemm | attention |" in text
-    std = text.index("| qwen3-8b | 16 | STD | - | 6.50 | 6.00 | 0.50 | 4.00 | 1.00 |")  # the latest row only
-    assert "6.40" not in text and "| qwen3-8b | 256 (255 ran) | STD | 239,954 | 6.50 |" in text
-    assert std < text.index("| qwen3-8b | 16 | CoRun-tiers | - | 8.00 | 7.50 | 0.50 | 5.00 | 1.00 |")
+    assert "| shape | load | arm | graph slots | KV tokens | GPU span | kernels | waiting | gemm | attention |" in text
+    std = text.index("| qwen3-8b | 16 | STD | - | - | 6.50 | 6.00 | 0.50 | 4.00 | 1.00 |")  # the latest row only
+    assert "6.40" not in text and "| qwen3-8b | 256 (255 ran) | STD | - | 239,954 | 6.50 |" in text
+    assert std < text.index("| qwen3-8b | 16 | CoRun-tiers | 72 | - | 8.00 | 7.50 | 0.50 | 5.00 | 1.00 |")
