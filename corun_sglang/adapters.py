@@ -12,7 +12,9 @@ import inspect
 import logging
 import weakref
 
-from corun_sglang import decode_grid, policy, rng
+import torch
+
+from corun_sglang import decode_grid, moe_padding, policy, rng
 from corun_sglang.startup import check_startup
 
 logger = logging.getLogger(__name__)
@@ -92,8 +94,6 @@ def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
 
 
 def _tier_environment(model_runner) -> dict:
-    import torch
-
     from corun_sglang import tiers
 
     return tiers.environment(
@@ -208,6 +208,51 @@ def _fill_surplus(updater, wrapper, batch_size: int, request: int) -> bool:
         return False
     _surplus_request[wrapper] = request
     return True
+
+
+# ----------------------------------------------------------------- MoE padding rows
+
+
+def _skips_moe_padding() -> bool:
+    from corun_sglang.config import skips_moe_padding
+
+    return skips_moe_padding(_server_args())
+
+
+def count_real_tokens(original, *args, **kwargs):
+    """SGLang keeps ``num_token_non_padded`` (a graph buffer each replay refills) where padding rows skip
+    the experts, not only under expert parallelism."""
+    if _skips_moe_padding():
+        return True
+    return original(*args, **kwargs)
+
+
+def moe_model_forward(original, self, *args, **kwargs):
+    """A forward of an MoE model: its padding rows, from SGLang's real token count (``moe_padding``)."""
+    if not _skips_moe_padding():
+        return original(self, *args, **kwargs)
+    bound = _signature(original).bind(self, *args, **kwargs)
+    input_ids, forward_batch = bound.arguments["input_ids"], bound.arguments["forward_batch"]
+    padding = moe_padding.rows(len(input_ids), forward_batch.num_token_non_padded) if input_ids is not None else None
+    with moe_padding.forward(padding):
+        return original(self, *args, **kwargs)
+
+
+def topk_padding(original, self, *args, **kwargs):
+    """The top-k of an MoE layer: the forward's padding rows get no expert."""
+    out = original(self, *args, **kwargs)
+    if _skips_moe_padding() and isinstance(getattr(out, "topk_ids", None), torch.Tensor):
+        moe_padding.mask(out.topk_ids)
+    return out
+
+
+def fused_moe_filter(original, *args, **kwargs):
+    """The fused-MoE kernels give an unrouted block zeros without reading expert weights."""
+    if not _skips_moe_padding():
+        return original(*args, **kwargs)
+    bound = _signature(original).bind(*args, **kwargs)
+    bound.arguments["filter_expert"] = True
+    return original(*bound.args, **bound.kwargs)
 
 
 # ----------------------------------------------------------------- request-bound RNG

@@ -14,6 +14,8 @@ Invariants of a configuration that ``resolve()`` accepts:
 - prefill and decode attention run on FlashInfer;
 - sampling runs on the ``corun`` backend (request-bound random draws);
 - SGLang's batch-invariant ops (``--enable-deterministic-inference``) stay off;
+- with ``--corun-moe-padding skip`` the MoE layers run on the Triton runner, whose kernels give a
+  row without an expert zeros (``corun_sglang.moe_padding``);
 - no feature that splits, reshapes or redistributes a batch (speculative
   decoding, DP attention, PD disaggregation, pipeline parallelism, two-batch
   overlap) and no TP > 1.
@@ -58,6 +60,9 @@ PREFILL_REQUESTS_PER_BATCH = 1
 #: survive a restart, which SGLang's default (a fresh random seed) would break.
 DEFAULT_RANDOM_SEED = 0
 
+
+#: The MoE runner whose kernels give a row without an expert (id -1) zeros (``moe_padding``).
+MOE_PADDING_RUNNER = "triton"
 
 #: Subsets of CoRun's mechanisms that ``--corun-ablation`` applies without ``--corun``, to
 #: measure what each costs. Such a server makes no determinism promise.
@@ -351,6 +356,11 @@ def refusals(args: Any) -> list[str]:
     return [r.message() for r in REFUSALS if r.applies(args)]
 
 
+def skips_moe_padding(args: Any) -> bool:
+    """Whether ``args`` serve ``--corun`` with the decode graphs' padding rows kept out of the MoE experts."""
+    return bool(getattr(args, "corun", False)) and getattr(args, "corun_moe_padding", "compute") == "skip"
+
+
 def defaults(args: Any) -> dict[str, Any]:
     """The option values ``--corun`` sets before SGLang resolves the rest.
 
@@ -359,8 +369,11 @@ def defaults(args: Any) -> dict[str, Any]:
     """
     n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
     tp = {"disable_custom_all_reduce": True} if (args.tp_size or 1) > 1 else {}
+    moe = ({"moe_runner_backend": MOE_PADDING_RUNNER}
+           if skips_moe_padding(args) and getattr(args, "moe_runner_backend", "auto") == "auto" else {})
     return {
         **tp,
+        **moe,
         "max_running_requests": n,
         "cuda_graph_bs_decode": decode_sizes(args),
         "cuda_graph_max_bs_decode": n,
@@ -386,6 +399,7 @@ class CorunConfig:
     attention_backend: str
     sampling_backend: str | None
     random_seed: int | None
+    moe_padding: str = "compute"
 
     def _graphs(self) -> str:
         if not self.decode_tiers:
@@ -402,7 +416,7 @@ class CorunConfig:
             f"chunked_prefill_size={self.chunked_prefill_size}, page_size={self.page_size}, "
             f"attention={self.attention_backend} (no split-KV decode), "
             f"sampling={self.sampling_backend}, random_seed={self.random_seed}, "
-            "radix_cache=off, mixed_chunk=off, batch_invariant_ops=off"
+            f"moe_padding={self.moe_padding}, radix_cache=off, mixed_chunk=off, batch_invariant_ops=off"
         )
 
 
@@ -453,6 +467,13 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
             f"attention resolved to (prefill, decode) = {tuple(attention_backends)}, "
             f"not {ATTENTION_BACKEND} for both; pass --attention-backend {ATTENTION_BACKEND}"
         )
+    runner = getattr(args, "moe_runner_backend", None)
+    if skips_moe_padding(args) and runner != MOE_PADDING_RUNNER:
+        problems.append(
+            f"--corun-moe-padding skip: the MoE runner resolved to '{runner}'; only the Triton kernels "
+            f"give a row without an expert zeros. Fix: --moe-runner-backend {MOE_PADDING_RUNNER}, or drop "
+            "--corun-moe-padding"
+        )
     return problems
 
 
@@ -472,4 +493,5 @@ def resolve(args: Any, attention_backends: tuple[str, str]) -> CorunConfig:
         attention_backend=ATTENTION_BACKEND,
         sampling_backend=args.sampling_backend,
         random_seed=args.random_seed,
+        moe_padding=getattr(args, "corun_moe_padding", "compute"),
     )

@@ -82,6 +82,27 @@ HOOKS: tuple[Hook, ...] = (
         HookType.AROUND,
         "corun_sglang.adapters:decode_plan",
     ),
+    # padding rows of a CUDA graph skip the MoE experts (--corun-moe-padding skip)
+    Hook(
+        "sglang.srt.model_executor.forward_batch_info.enable_num_token_non_padded",
+        HookType.AROUND,
+        "corun_sglang.adapters:count_real_tokens",
+    ),
+    Hook(
+        "sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM.forward",
+        HookType.AROUND,
+        "corun_sglang.adapters:moe_model_forward",
+    ),
+    Hook(
+        "sglang.srt.layers.moe.topk.TopK.forward_cuda",
+        HookType.AROUND,
+        "corun_sglang.adapters:topk_padding",
+    ),
+    Hook(
+        "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe._fused_moe_kernel_sequence",
+        HookType.AROUND,
+        "corun_sglang.adapters:fused_moe_filter",
+    ),
     # request-bound RNG
     Hook(
         "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.adjusted_from_schedule_batch",

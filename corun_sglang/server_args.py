@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Optional
+from typing import Literal, Optional
 
 from sglang.srt.arg_groups.arg_utils import A
 from sglang.srt.server_args import ServerArgs as SGLangServerArgs
@@ -57,8 +57,19 @@ class CorunServerArgs(SGLangServerArgs):
         "For `corun-sglang verify-tiers` only: with --corun, also capture these decode graph sizes "
         "(comma-separated, below N) unverified. Outputs are NOT deterministic.",
     ] = None
+    corun_moe_padding: A[
+        Literal["compute", "skip"],
+        "With --corun, on an MoE model: what the padding rows of a decode CUDA graph (the slots no "
+        "request fills) do in the expert layers. 'compute' routes them like requests; 'skip' gives "
+        "them no expert, which saves that work and leaves every request's tokens and logprobs as "
+        "they are under 'compute'.",
+    ] = "compute"
 
     def __post_init__(self):
+        if not self.corun and self.corun_moe_padding != "compute":
+            raise config.CorunConfigError(
+                ["--corun-moe-padding: part of --corun. Fix: add --corun, or drop --corun-moe-padding"]
+            )
         if not self.corun and (self.corun_decode_tiers or self.corun_decode_tier_candidates):
             raise config.CorunConfigError(
                 ["--corun-decode-tiers / --corun-decode-tier-candidates: decode tiers are part of --corun. "

@@ -22,11 +22,13 @@ SCENARIOS = {
     "g": "n = 4: reproducible (distinct samples noted)",
     "h": "co-runners aborted mid-generation",
     "i": "top-p / top-k needles among co-runners with mixed filters (64 tokens)",
+    "j": "MoE padding rows: `--corun-moe-padding skip` (default: SGLang) against `--corun`'s outputs, "
+         "alone and among 1-255 others (64 tokens)",
     "http-verify": "OpenAI completions: alone vs 2 concurrent rounds of 128 (`verify`)",
     "http-chat": "OpenAI chat: alone vs 64 concurrent clients",
     "http-restart": "unseeded requests: before vs after a server restart",
 }
-ARMS = ("default", "deterministic", "corun")
+ARMS = ("default", "deterministic", "corun", "corun-moe-skip")
 MUST_DIVERGE = ("a", "b", "d", "i")  # the scenarios where default SGLang is the negative control
 
 
@@ -48,27 +50,29 @@ def render(summary: dict, commands: list[str], host: str, title: str = "Determin
            notes: list[str] = ()) -> str:
     cells = {tuple(k.split("|")): v for k, v in summary["cells"].items()}
     shapes = sorted({k[0] for k in cells})
+    arms = [a for a in ARMS if any(k[2] == a for k in cells)] or list(ARMS[:3])  # the arms that ran
     lines = [f"# {title}", "", f"Host: {host}", "", "Commands:", ""]
     lines += [f"    {c}" for c in commands] + [""] + [f"{n}\n" for n in notes]
     for shape in shapes:
-        lines += [f"## {shape}", "", "| scenario | " + " | ".join(ARMS) + " |",
-                  "| --- | " + " | ".join("---:" for _ in ARMS) + " |"]
+        lines += [f"## {shape}", "", "| scenario | " + " | ".join(arms) + " |",
+                  "| --- | " + " | ".join("---:" for _ in arms) + " |"]
         for s, scenario in SCENARIOS.items():
-            if not any((shape, s, arm) in cells for arm in ARMS):
+            if not any((shape, s, arm) in cells for arm in arms):
                 continue
             row = []
-            for arm in ARMS:
+            for arm in arms:
                 v = cells.get((shape, s, arm))
                 row.append("-" if v is None else f"{v[0]} / {v[1]}")
             lines.append(f"| {s}. {scenario} | " + " | ".join(row) + " |")
-        distinct = [f"{arm} {summary['distinct_samples'][f'{shape}|{arm}']}" for arm in ARMS
+        distinct = [f"{arm} {summary['distinct_samples'][f'{shape}|{arm}']}" for arm in arms
                     if f"{shape}|{arm}" in summary.get("distinct_samples", {})]
         if distinct:
             lines += ["", "g. distinct samples among the n = 4 of one request: " + ", ".join(distinct)]
         lines.append("")
     lines += ["Cells are divergent / compared (token ids and sampled-token logprobs, bitwise).", "",
               "| arm | divergent | comparisons |", "| --- | ---: | ---: |"]
-    for arm, (bad, total) in summary["totals"].items():
+    for arm in arms:
+        bad, total = summary["totals"][arm]
         lines.append(f"| {arm} | {bad} | {total} |")
     lines += ["", "Checks:", ""] + [f"- {c}" for c in checks(summary)]
     for f in summary.get("failed", []):
@@ -80,8 +84,8 @@ def render(summary: dict, commands: list[str], host: str, title: str = "Determin
 def checks(summary: dict) -> list[str]:
     """The suite's claims, each stated with the counts behind it."""
     cells = {tuple(k.split("|")): v for k, v in summary["cells"].items()}
-    bad, total = summary["totals"]["corun"]
-    out = [f"corun: {bad} divergent of {total} comparisons"]
+    out = [f"{arm}: {bad} divergent of {total} comparisons" for arm, (bad, total) in summary["totals"].items()
+           if arm.startswith("corun") and (arm == "corun" or total)]
     for shape in sorted({k[0] for k in cells if not k[0].startswith("http-")}):
         diverged = {s: cells.get((shape, s, "default")) for s in MUST_DIVERGE}
         out.append(f"{shape}, default SGLang diverges in {', '.join(MUST_DIVERGE)}: " + ", ".join(

@@ -526,8 +526,8 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
     script = Path(__file__).resolve().parents[1] / "bench" / "slices.sh"
     text = script.read_text()
     for name in ("dense-core", "dense-long", "dense-sweep", "dense-ablation", "dense-ablation-c16", "dense-tiers",
-                 "dense-profile", "dense-padding", "moe-core", "moe-long", "moe-profile", "moe-tiers", "tp2-core",
-                 "sampler"):
+                 "dense-profile", "dense-padding", "moe-core", "moe-long", "moe-profile", "moe-tiers", "moe-padding",
+                 "tp2-core", "sampler"):
         assert f"#   {name}" in text and f"{name})" in text
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "no-such-slice"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout

@@ -159,6 +159,7 @@ def test_summary_is_one_line():
     tiered = dataclasses.replace(cfg, decode_tiers=(72, 128), decode_tiers_verified=True).summary()
     assert "bs=[72, 128, 256]" in tiered and "verified" in tiered and "UNVERIFIED" not in tiered
     assert "UNVERIFIED" in dataclasses.replace(cfg, decode_tiers=(72,)).summary()
+    assert "moe_padding=compute" in line and "moe_padding=skip" in dataclasses.replace(cfg, moe_padding="skip").summary()
 
 
 def test_decode_tier_candidates_are_captured_below_n():

@@ -100,6 +100,19 @@ def test_tier_candidates_are_captured_unverified(parse):
         parse("--corun", "--corun-decode-tier-candidates", "64,x")
 
 
+def test_moe_padding_rows_skip_the_experts_only_under_corun(parse):
+    assert parse("--corun").corun_config.moe_padding == "compute"
+    args = parse("--corun", "--corun-moe-padding", "skip")
+    assert args.corun_moe_padding == "skip" and "moe_padding=skip" in args.corun_config.summary()
+    assert args.moe_runner_backend == "triton"  # the kernels that give a row without an expert zeros
+    with pytest.raises(config.CorunConfigError, match="only the Triton kernels"):
+        parse("--corun", "--corun-moe-padding", "skip", "--moe-runner-backend", "flashinfer_cutlass")
+    with pytest.raises(config.CorunConfigError, match="--corun-moe-padding: part of --corun"):
+        parse("--corun-moe-padding", "skip")
+    with pytest.raises(SystemExit):  # argparse names the choices
+        parse("--corun", "--corun-moe-padding", "drop")
+
+
 def test_tp_2_is_served_on_nccl_tree_without_custom_all_reduce(parse, monkeypatch):
     for name in config.NCCL_ENV:  # absent before, and removed again after the test
         monkeypatch.setenv(name, "")
@@ -210,6 +223,7 @@ def test_without_corun_resolution_is_sglangs_own(sglang_plugins, tiny_model, arg
     assert ours.pop("corun") is False
     assert ours.pop("corun_ablation") is None
     assert ours.pop("corun_decode_tiers") is None and ours.pop("corun_decode_tier_candidates") is None
+    assert ours.pop("corun_moe_padding") == "compute"
     assert ours == theirs
 
 

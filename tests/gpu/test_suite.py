@@ -1,16 +1,18 @@
-"""Determinism suite: scenarios a-i against three arms, dense and MoE checkpoints.
+"""Determinism suite: scenarios a-j against three arms, dense and MoE checkpoints.
 
 Arms: ``default`` (SGLang as shipped: the negative control, divergence
 asserted in scenarios a, b, d, i), ``deterministic`` (SGLang's
 ``--enable-deterministic-inference``: reported only) and ``corun`` (every
-comparison must be bitwise identical). For each shape the arms' servers run
+comparison must be bitwise identical); ``corun-moe-skip`` (``--corun
+--corun-moe-padding skip``, asserted like ``corun``) runs when named, and
+scenario j then checks that it gives every request ``corun``'s bits. For each shape the arms' servers run
 side by side on one GPU, each with ``CORUN_SUITE_STATIC_GB`` GiB of static
 memory, and every scenario runs on all arms at once (the other arms' load
 changes only timing, which the default arm's batching is free to follow and
 ``--corun`` must be immune to).
 
 Environment: ``CORUN_SUITE_SHAPES`` (default ``qwen3-8b,qwen3-moe-small``),
-``CORUN_SUITE_ARMS`` (default all three; one arm at a time for a model too
+``CORUN_SUITE_ARMS`` (default the first three; one arm at a time for a model too
 large for three copies), ``CORUN_SUITE_STATIC_GB`` (default 36),
 ``CORUN_SUITE_PERMUTATIONS`` (scenario c, default 16), ``CORUN_SUITE_SERVER_ARGS``
 (default ``--attention-backend flashinfer``, so prefills run in SGLang's default prefill
@@ -43,8 +45,10 @@ ARMS = {
     "default": [],
     "deterministic": ["--enable-deterministic-inference"],
     "corun": ["--corun"],
+    # --corun with a decode graph's padding rows kept out of the MoE experts: selected by name
+    "corun-moe-skip": ["--corun", "--corun-moe-padding", "skip"],
 }
-SELECTED = os.environ.get("CORUN_SUITE_ARMS", ",".join(ARMS)).split(",")
+SELECTED = os.environ.get("CORUN_SUITE_ARMS", "default,deterministic,corun").split(",")
 TP = int(os.environ.get("CORUN_SUITE_TP", "1"))
 STATIC_GB = float(os.environ.get("CORUN_SUITE_STATIC_GB", "36"))
 PERMUTATIONS = int(os.environ.get("CORUN_SUITE_PERMUTATIONS", "16"))
@@ -52,7 +56,8 @@ SERVER_ARGS = os.environ.get(
     "CORUN_SUITE_SERVER_ARGS", "--attention-backend flashinfer"
 ).split() + ["--chunked-prefill-size", "2048", "--tp-size", str(TP)]
 MUST_DIVERGE_IN_DEFAULT = {"a", "b", "d", "i"}
-ASSERTED = {"default", "corun"}  # the deterministic arm is reported only
+ASSERTED = {"default", "corun", "corun-moe-skip"}  # the deterministic arm is reported only
+COMPARED = ("corun", "corun-moe-skip")  # scenario j: the same bits, padding rows through the experts or not
 
 
 @pytest.fixture(scope="module", params=SHAPES)
@@ -93,10 +98,11 @@ def _record(shape, arm, scenario, divergences, **extra):
 
 
 def _problem(arm, scenario, row) -> str | None:
-    if arm == "corun" and row["divergent"]:
-        return f"corun diverged: {row}"
-    if arm == "corun" and "distinct_samples" in row and row["distinct_samples"] != row["comparisons"]:
-        return f"corun n>1 samples not distinct: {row}"
+    corun = arm.startswith("corun")
+    if corun and row["divergent"]:
+        return f"{arm} diverged: {row}"
+    if corun and "distinct_samples" in row and row["distinct_samples"] != row["comparisons"]:
+        return f"{arm} n>1 samples not distinct: {row}"
     if arm == "default" and scenario in MUST_DIVERGE_IN_DEFAULT and not row["divergent"]:
         return f"negative control: default SGLang did not diverge: {row}"
     return None
@@ -305,3 +311,28 @@ def test_i_filtered_needles_among_mixed_filters(arms):
         return harness.compare(alone * len(trials), got)
 
     _across_arms(arms, "i", run)
+
+
+def test_j_moe_padding_rows_skip_the_experts_without_changing_a_bit(arms):
+    """``--corun-moe-padding skip`` gives every request the bits of ``--corun``: the same requests, alone
+    and among 1-255 others (graphs with few to no padding rows), on both servers. Negative control: the
+    default arm, on the same requests, differs from ``--corun``."""
+    shape, servers = arms
+    if not set(COMPARED) <= set(servers):
+        pytest.skip(f"needs the arms {', '.join(COMPARED)}")
+    needles = _requests(harness.prompts(4, 100, 400, seed=120), 64, 0.8, 1200)
+    crowds = [_fillers(n, 121 + n, 96) for n in (1, 15, 100, 255)]
+
+    def run(url):
+        alone = harness.generate(url, needles, concurrent=False)
+        return alone + [_inside(url, needle, others, len(others) // 2) for needle, others in zip(needles, crowds)]
+
+    with ThreadPoolExecutor(len(servers)) as pool:
+        got = {arm: future.result() for arm, future in
+               [(arm, pool.submit(run, server.url)) for arm, server in servers.items()]}
+    reference = got["corun"]
+    rows = {arm: _record(shape, arm, "j", harness.compare(reference, outs)) for arm, outs in got.items()
+            if arm != "corun"}
+    assert rows["corun-moe-skip"]["divergent"] == 0, rows["corun-moe-skip"]
+    if "default" in rows:
+        assert rows["default"]["divergent"] == rows["default"]["comparisons"], rows["default"]
