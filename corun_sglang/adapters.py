@@ -255,6 +255,21 @@ def fused_moe_filter(original, *args, **kwargs):
     return original(*bound.args, **bound.kwargs)
 
 
+# ----------------------------------------------------------------- decode tiers of MoE models
+
+
+def moe_kernel_config(original, *args, **kwargs):
+    """A fused-MoE layer's kernel configuration, picked by ``config.moe_config_rows``."""
+    server_args = _server_args()
+    if not _corun(server_args):
+        return original(*args, **kwargs)
+    from corun_sglang.config import moe_config_rows
+
+    bound = _signature(original).bind(*args, **kwargs)
+    bound.arguments["M"] = moe_config_rows(server_args, bound.arguments["M"])
+    return original(*bound.args, **bound.kwargs)
+
+
 # ----------------------------------------------------------------- request-bound RNG
 
 

@@ -14,6 +14,7 @@ Invariants of a configuration that ``resolve()`` accepts:
 - prefill and decode attention run on FlashInfer;
 - sampling runs on the ``corun`` backend (request-bound random draws);
 - SGLang's batch-invariant ops (``--enable-deterministic-inference``) stay off;
+- with decode tiers, a fused-MoE layer of at most N rows runs the kernel configuration of N rows;
 - with ``--corun-moe-padding skip`` the MoE layers run on the Triton runner, whose kernels give a
   row without an expert zeros (``corun_sglang.moe_padding``);
 - no feature that splits, reshapes or redistributes a batch (speculative
@@ -155,6 +156,16 @@ def decode_tiers(args: Any) -> tuple[int, ...]:
         except TiersError:  # reported by the server args' own check
             return ()
     return ()
+
+
+def moe_config_rows(args: Any, rows: int) -> int:
+    """The row count a fused-MoE layer of ``rows`` rows picks its kernel configuration by.
+
+    SGLang picks it by the layer's rows, and a configuration (tile sizes, K step) sets the order in
+    which a row's products are summed. With decode tiers every graph of N rows or fewer picks N's,
+    so a tier's MoE layers give a row the bits of the N-slot graph's; otherwise it is ``rows``."""
+    n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
+    return n if decode_tiers(args) and rows <= n else rows
 
 
 def decode_sizes(args: Any) -> list[int]:

@@ -357,3 +357,18 @@ def test_fused_moe_filters_unrouted_blocks_where_padding_skips_the_experts(moe_p
     required = {n: None for n, p in original.__signature__.parameters.items() if p.default is inspect.Parameter.empty}
     adapters.fused_moe_filter(original, **{**required, "filter_expert": False})
     assert seen["filter_expert"] is (moe_padding_mode == "skip")
+
+
+@pytest.mark.parametrize("argv, picked", [
+    ({"corun": True, "corun_decode_tier_candidates": "64,128"}, 256),  # a tier's MoE layers run N's configuration
+    ({"corun": True}, 16),
+    ({}, 16),
+])
+def test_an_moe_layer_picks_its_kernel_configuration_by_n_with_decode_tiers(make_args, argv, picked):
+    from sglang.srt.layers.moe.moe_runner.triton_utils import fused_moe_triton_config
+
+    publish(make_args(**argv), role="scheduler")
+    seen = {}
+    original = _recording(fused_moe_triton_config.try_get_optimal_moe_config, seen)
+    adapters.moe_kernel_config(original, (128, 1536, 2048), (128, 2048, 768), 8, None, 16)
+    assert seen["M"] == picked

@@ -196,3 +196,10 @@ def test_tp_sizes_follow_the_verified_set(monkeypatch):
     monkeypatch.setattr(config, "TP_SIZES_VERIFIED", frozenset({1, 2}))
     assert config.refusals(user_args(tp_size=2)) == []
     assert any("--tp-size" in p for p in config.refusals(user_args(tp_size=4)))
+
+
+def test_with_decode_tiers_an_moe_layer_of_at_most_n_rows_runs_ns_kernel_configuration():
+    plain, tiered = user_args(), user_args()
+    tiered.corun_decode_tier_candidates = "64,128"
+    assert [config.moe_config_rows(plain, m) for m in (16, 256, 8192)] == [16, 256, 8192]
+    assert [config.moe_config_rows(tiered, m) for m in (16, 64, 256, 8192)] == [256, 256, 256, 8192]

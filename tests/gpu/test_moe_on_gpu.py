@@ -1,10 +1,15 @@
-"""``--corun-moe-padding skip`` on a GPU, at the kernels: SGLang's fused MoE with the padding rows'
-expert ids set to -1 and its filter on gives every real row the bits it gets with the padding routed."""
+"""SGLang's fused MoE on a GPU, at the kernels, as ``--corun`` runs it:
+- ``--corun-moe-padding skip``: with the padding rows' expert ids set to -1 and the filter on, every
+  real row has the bits it has with the padding routed;
+- decode tiers: a tier's layer, run with the kernel configuration of N rows (``config.moe_config_rows``),
+  gives its rows the bits of the N-row layer."""
+
+import types
 
 import pytest
 import torch
 
-from corun_sglang import moe_padding
+from corun_sglang import config, moe_padding
 
 fused_moe = pytest.importorskip("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe")
 
@@ -56,3 +61,21 @@ def test_the_harness_sees_a_real_row_routed_elsewhere(layer):
     moved[0, 0] = next(e for e in range(EXPERTS) if e not in ids[0].tolist())
     other = _experts(layer, moved, filter_expert=False)
     assert not torch.equal(other[0], routed[0]) and torch.equal(other[1:], routed[1:])
+
+
+def test_a_tier_under_ns_kernel_configuration_gives_the_rows_of_the_n_slot_graph(layer, monkeypatch):
+    hidden, w1, w2, weights, ids = layer
+    full = _experts(layer, ids.clone(), filter_expert=False)
+    tier = tuple(t[:RUNNING].contiguous() for t in (hidden, weights, ids))  # a 16-slot graph's rows
+
+    def run():
+        return fused_moe.fused_experts_impl(tier[0].clone(), w1, w2, tier[1], tier[2].clone(), filter_expert=False)
+
+    own = run()  # the configuration SGLang picks for 16 rows
+    served = types.SimpleNamespace(max_running_requests=SLOTS, corun_decode_tier_candidates=str(RUNNING))
+    pick = fused_moe.try_get_optimal_moe_config
+    monkeypatch.setattr(fused_moe, "try_get_optimal_moe_config",
+                        lambda *a, **k: pick(*a[:4], config.moe_config_rows(served, a[4]), *a[5:], **k))
+    assert torch.equal(run(), full[:RUNNING])
+    # negative control: under its own configuration the tier's rows come out otherwise
+    assert not torch.equal(own, full[:RUNNING])
