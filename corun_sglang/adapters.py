@@ -250,9 +250,7 @@ def fused_moe_filter(original, *args, **kwargs):
     """The fused-MoE kernels give an unrouted block zeros without reading expert weights."""
     if not _skips_moe_padding():
         return original(*args, **kwargs)
-    bound = _signature(original).bind(*args, **kwargs)
-    bound.arguments["filter_expert"] = True
-    return original(*bound.args, **bound.kwargs)
+    return original(*args, **{**kwargs, "filter_expert": True})  # a keyword-only argument
 
 
 # ----------------------------------------------------------------- decode tiers of MoE models
@@ -265,6 +263,8 @@ def moe_kernel_config(original, *args, **kwargs):
         return original(*args, **kwargs)
     from corun_sglang.config import moe_config_rows
 
+    if len(args) > 4:  # (w1_shape, w2_shape, top_k, dtype, M, ...), as SGLang's callers pass them
+        return original(*args[:4], moe_config_rows(server_args, args[4]), *args[5:], **kwargs)
     bound = _signature(original).bind(*args, **kwargs)
     bound.arguments["M"] = moe_config_rows(server_args, bound.arguments["M"])
     return original(*bound.args, **bound.kwargs)

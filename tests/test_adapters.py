@@ -354,7 +354,9 @@ def test_fused_moe_filters_unrouted_blocks_where_padding_skips_the_experts(moe_p
 
     seen = {}
     original = _recording(fused_moe._fused_moe_kernel_sequence, seen)
-    required = {n: None for n, p in original.__signature__.parameters.items() if p.default is inspect.Parameter.empty}
+    params = original.__signature__.parameters
+    assert params["filter_expert"].kind is inspect.Parameter.KEYWORD_ONLY
+    required = {n: None for n, p in params.items() if p.default is inspect.Parameter.empty}
     adapters.fused_moe_filter(original, **{**required, "filter_expert": False})
     assert seen["filter_expert"] is (moe_padding_mode == "skip")
 
@@ -371,4 +373,7 @@ def test_an_moe_layer_picks_its_kernel_configuration_by_n_with_decode_tiers(make
     seen = {}
     original = _recording(fused_moe_triton_config.try_get_optimal_moe_config, seen)
     adapters.moe_kernel_config(original, (128, 1536, 2048), (128, 2048, 768), 8, None, 16)
+    assert seen["M"] == picked
+    seen.clear()
+    adapters.moe_kernel_config(original, (128, 1536, 2048), (128, 2048, 768), 8, None, M=16)
     assert seen["M"] == picked
