@@ -4,7 +4,9 @@ A decode graph of M slots runs M rows; with fewer requests running the rest are 
 plain MoE forward routes each of them to its top-k experts like a real row (the padded-token mask it
 has, ``num_token_non_padded``, serves only its expert-parallel paths). Under ``skip`` a padding row's
 expert ids become -1, SGLang's mark for a row no local expert serves, and the fused-MoE kernels run
-with ``filter_expert``, which gives a -1 block zeros without reading any expert weights.
+with ``filter_expert``, which gives a -1 block zeros without reading any expert weights. The ids are
+masked here, with one ``masked_fill_`` per layer, rather than through SGLang's top-k post-processing,
+whose CUDA mask kernel is compiled at first use.
 
 Invariants:
 - a real row's expert ids and weights are those ``compute`` gives it, and so is its output: a
