@@ -49,8 +49,8 @@ ARMS = {
     "CoRun": ["--corun"],
     # CoRun with decode tiers: the sizes of --tier-candidates that corun-sglang verify-tiers keeps
     "CoRun-tiers": ["--corun"],
-    # CoRun with a decode graph's padding rows kept out of the MoE experts
-    "CoRun-moeskip": ["--corun", "--corun-moe-padding", "skip"],
+    # CoRun with a decode graph's padding rows routed through the MoE experts (the plain arm skips them)
+    "CoRun-moecompute": ["--corun", "--corun-moe-padding", "compute"],
     # ablations (``--arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun``)
     "SplitKV-off": ["--corun-ablation", "splitkv-off"],
     "SplitKV-off+IsoPrefill": ["--corun-ablation", "splitkv-off+isolated-prefill"],

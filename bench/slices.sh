@@ -17,8 +17,8 @@
 #   moe-profile     qwen3-30b-a3b: the same at 16, 64 and 256 running: STD, BI, CoRun
 #   moe-tiers       qwen3-30b-a3b at 16 and 64 running: CoRun with the decode tiers verify-tiers keeps among
 #                   8-192 (verified once, first), CoRun and STD (what tiers take back of a padded MoE step)
-#   moe-padding     qwen3-30b-a3b at 16, 64 and 256 running: CoRun with the padding rows kept out of the experts
-#                   (--corun-moe-padding skip), CoRun and STD
+#   moe-padding     qwen3-30b-a3b at 16, 64 and 256 running: CoRun (its padding rows skip the experts), CoRun
+#                   with them routed (--corun-moe-padding compute) and STD
 #   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 8, 32, 64, 128, 256, and STD
 #   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448;
 #                   BI without SGLang's prefill CUDA graph (its capture overflows FlashInfer's workspace here)
@@ -72,7 +72,7 @@ for spec in "$@"; do
         moe-tiers) python3 bench/step_profile.py --shape qwen3-30b-a3b --arms CoRun-tiers,CoRun,STD --loads 16,64 \
             --static-gb 120 --tier-candidates 8,16,24,32,48,64,96,128,192 \
             --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
-        moe-padding) python3 bench/step_profile.py --shape qwen3-30b-a3b --arms CoRun-moeskip,CoRun,STD \
+        moe-padding) python3 bench/step_profile.py --shape qwen3-30b-a3b --arms CoRun,CoRun-moecompute,STD \
             --loads 16,64,256 --static-gb 120 --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
         tp2-core) "${run[@]}" --shape qwen3-8b --tp-size 2 --reps 3 --concurrency 256 \
             --workloads "$(only sharegpt,fixed-64-448,azure-conv)" ;;

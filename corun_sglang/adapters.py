@@ -228,8 +228,11 @@ def count_real_tokens(original, *args, **kwargs):
 
 
 def moe_model_forward(original, self, *args, **kwargs):
-    """A forward of an MoE model: its padding rows, from SGLang's real token count (``moe_padding``)."""
-    if not _skips_moe_padding():
+    """A forward of an MoE model: its padding rows, from SGLang's real token count (``moe_padding``).
+
+    A quantized model's padding rows keep their experts: its MoE layers may run kernels other than
+    the Triton ones, which alone give a row without an expert zeros (its tokens are the same either way)."""
+    if not _skips_moe_padding() or getattr(self, "quant_config", None) is not None:
         return original(self, *args, **kwargs)
     bound = _signature(original).bind(self, *args, **kwargs)
     input_ids, forward_batch = bound.arguments["input_ids"], bound.arguments["forward_batch"]
@@ -251,23 +254,6 @@ def fused_moe_filter(original, *args, **kwargs):
     if not _skips_moe_padding():
         return original(*args, **kwargs)
     return original(*args, **{**kwargs, "filter_expert": True})  # a keyword-only argument
-
-
-# ----------------------------------------------------------------- decode tiers of MoE models
-
-
-def moe_kernel_config(original, *args, **kwargs):
-    """A fused-MoE layer's kernel configuration, picked by ``config.moe_config_rows``."""
-    server_args = _server_args()
-    if not _corun(server_args):
-        return original(*args, **kwargs)
-    from corun_sglang.config import moe_config_rows
-
-    if len(args) > 4:  # (w1_shape, w2_shape, top_k, dtype, M, ...), as SGLang's callers pass them
-        return original(*args[:4], moe_config_rows(server_args, args[4]), *args[5:], **kwargs)
-    bound = _signature(original).bind(*args, **kwargs)
-    bound.arguments["M"] = moe_config_rows(server_args, bound.arguments["M"])
-    return original(*bound.args, **bound.kwargs)
 
 
 # ----------------------------------------------------------------- request-bound RNG

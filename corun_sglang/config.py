@@ -14,9 +14,9 @@ Invariants of a configuration that ``resolve()`` accepts:
 - prefill and decode attention run on FlashInfer;
 - sampling runs on the ``corun`` backend (request-bound random draws);
 - SGLang's batch-invariant ops (``--enable-deterministic-inference``) stay off;
-- with decode tiers, a fused-MoE layer of at most N rows runs the kernel configuration of N rows;
-- with ``--corun-moe-padding skip`` the MoE layers run on the Triton runner, whose kernels give a
-  row without an expert zeros (``corun_sglang.moe_padding``);
+- MoE padding rows (``--corun-moe-padding``) resolve to ``skip`` or ``compute``; under ``skip`` the
+  MoE layers run on the Triton runner, whose kernels give a row without an expert zeros
+  (``corun_sglang.moe_padding``);
 - no feature that splits, reshapes or redistributes a batch (speculative
   decoding, DP attention, PD disaggregation, pipeline parallelism, two-batch
   overlap) and no TP > 1.
@@ -64,6 +64,10 @@ DEFAULT_RANDOM_SEED = 0
 
 #: The MoE runner whose kernels give a row without an expert (id -1) zeros (``moe_padding``).
 MOE_PADDING_RUNNER = "triton"
+
+#: ``--corun-moe-padding`` values: ``auto`` resolves under ``--corun`` to ``skip`` where the MoE layers
+#: would run unquantized on the Triton runner anyway, and to ``compute`` elsewhere.
+MOE_PADDING_MODES = ("auto", "compute", "skip")
 
 #: Subsets of CoRun's mechanisms that ``--corun-ablation`` applies without ``--corun``, to
 #: measure what each costs. Such a server makes no determinism promise.
@@ -156,16 +160,6 @@ def decode_tiers(args: Any) -> tuple[int, ...]:
         except TiersError:  # reported by the server args' own check
             return ()
     return ()
-
-
-def moe_config_rows(args: Any, rows: int) -> int:
-    """The row count a fused-MoE layer of ``rows`` rows picks its kernel configuration by.
-
-    SGLang picks it by the layer's rows, and a configuration (tile sizes, K step) sets the order in
-    which a row's products are summed. With decode tiers every graph of N rows or fewer picks N's,
-    so a tier's MoE layers give a row the bits of the N-slot graph's; otherwise it is ``rows``."""
-    n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
-    return n if decode_tiers(args) and rows <= n else rows
 
 
 def decode_sizes(args: Any) -> list[int]:
@@ -367,9 +361,23 @@ def refusals(args: Any) -> list[str]:
     return [r.message() for r in REFUSALS if r.applies(args)]
 
 
+def moe_padding(args: Any) -> str:
+    """What the padding rows of ``args``' decode graphs do in the MoE experts: ``skip`` or ``compute``.
+
+    ``auto`` (the default) is ``skip`` where the MoE runner is left at ``auto`` or set to ``triton``
+    and the model is not quantized: SGLang runs such layers on the Triton kernels, the only ones here
+    that give a row without an expert zeros. Anything else is ``compute``."""
+    mode = getattr(args, "corun_moe_padding", "auto") or "auto"
+    if mode != "auto":
+        return mode
+    runner = getattr(args, "moe_runner_backend", "auto")
+    triton = runner in ("auto", MOE_PADDING_RUNNER) and getattr(args, "quantization", None) is None
+    return "skip" if triton else "compute"
+
+
 def skips_moe_padding(args: Any) -> bool:
     """Whether ``args`` serve ``--corun`` with the decode graphs' padding rows kept out of the MoE experts."""
-    return bool(getattr(args, "corun", False)) and getattr(args, "corun_moe_padding", "compute") == "skip"
+    return bool(getattr(args, "corun", False)) and moe_padding(args) == "skip"
 
 
 def defaults(args: Any) -> dict[str, Any]:
@@ -380,8 +388,9 @@ def defaults(args: Any) -> dict[str, Any]:
     """
     n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
     tp = {"disable_custom_all_reduce": True} if (args.tp_size or 1) > 1 else {}
-    moe = ({"moe_runner_backend": MOE_PADDING_RUNNER}
-           if skips_moe_padding(args) and getattr(args, "moe_runner_backend", "auto") == "auto" else {})
+    moe = {"corun_moe_padding": moe_padding(args)}
+    if moe["corun_moe_padding"] == "skip" and getattr(args, "moe_runner_backend", "auto") == "auto":
+        moe["moe_runner_backend"] = MOE_PADDING_RUNNER
     return {
         **tp,
         **moe,
@@ -482,8 +491,8 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
     if skips_moe_padding(args) and runner != MOE_PADDING_RUNNER:
         problems.append(
             f"--corun-moe-padding skip: the MoE runner resolved to '{runner}'; only the Triton kernels "
-            f"give a row without an expert zeros. Fix: --moe-runner-backend {MOE_PADDING_RUNNER}, or drop "
-            "--corun-moe-padding"
+            f"give a row without an expert zeros. Fix: --moe-runner-backend {MOE_PADDING_RUNNER}, or "
+            "--corun-moe-padding compute"
         )
     return problems
 
@@ -504,5 +513,5 @@ def resolve(args: Any, attention_backends: tuple[str, str]) -> CorunConfig:
         attention_backend=ATTENTION_BACKEND,
         sampling_backend=args.sampling_backend,
         random_seed=args.random_seed,
-        moe_padding=getattr(args, "corun_moe_padding", "compute"),
+        moe_padding=moe_padding(args),
     )

@@ -103,12 +103,6 @@ HOOKS: tuple[Hook, ...] = (
         HookType.AROUND,
         "corun_sglang.adapters:fused_moe_filter",
     ),
-    # decode tiers: a fused-MoE layer picks its kernel configuration by N
-    Hook(
-        "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config.try_get_optimal_moe_config",
-        HookType.AROUND,
-        "corun_sglang.adapters:moe_kernel_config",
-    ),
     # request-bound RNG
     Hook(
         "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.adjusted_from_schedule_batch",

@@ -10,8 +10,8 @@ whose CUDA mask kernel is compiled at first use.
 
 Invariants:
 - a real row's expert ids and weights are those ``compute`` gives it, and so is its output: a
-  fused-MoE row depends on its own ids and on the kernel configuration (chosen by M, the same under
-  both), never on the other rows that share its blocks;
+  fused-MoE row depends on its own ids and weights, never on the other rows that share its blocks
+  (checked on the GPU, tests/gpu/test_moe_on_gpu.py);
 - the rows are SGLang's own count: ``num_token_non_padded``, which a graph replay refills with the
   batch's real token count; a forward without it masks nothing;
 - the mask is built once per forward (``rows``) and applied to each MoE layer of that forward whose

@@ -58,15 +58,17 @@ class CorunServerArgs(SGLangServerArgs):
         "(comma-separated, below N) unverified. Outputs are NOT deterministic.",
     ] = None
     corun_moe_padding: A[
-        Literal["compute", "skip"],
+        Literal["auto", "compute", "skip"],
         "With --corun, on an MoE model: what the padding rows of a decode CUDA graph (the slots no "
         "request fills) do in the expert layers. 'compute' routes them like requests; 'skip' gives "
         "them no expert, which saves that work and leaves every request's tokens and logprobs as "
-        "they are under 'compute'.",
-    ] = "compute"
+        "they are under 'compute' (unquantized Qwen3-MoE models, Triton MoE runner). 'auto': "
+        "'skip' where the MoE runner is left at auto or set to triton and --quantization is unset, "
+        "else 'compute'.",
+    ] = "auto"
 
     def __post_init__(self):
-        if not self.corun and self.corun_moe_padding != "compute":
+        if not self.corun and self.corun_moe_padding != "auto":
             raise config.CorunConfigError(
                 ["--corun-moe-padding: part of --corun. Fix: add --corun, or drop --corun-moe-padding"]
             )

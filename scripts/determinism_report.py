@@ -22,13 +22,13 @@ SCENARIOS = {
     "g": "n = 4: reproducible (distinct samples noted)",
     "h": "co-runners aborted mid-generation",
     "i": "top-p / top-k needles among co-runners with mixed filters (64 tokens)",
-    "j": "MoE padding rows: `--corun-moe-padding skip` (default: SGLang) against `--corun`'s outputs, "
-         "alone and among 1-255 others (64 tokens)",
+    "j": "MoE padding rows: `--corun-moe-padding skip` and `compute` against each other (default: SGLang "
+         "against `--corun`), alone and among 1-255 others (64 tokens)",
     "http-verify": "OpenAI completions: alone vs 2 concurrent rounds of 128 (`verify`)",
     "http-chat": "OpenAI chat: alone vs 64 concurrent clients",
     "http-restart": "unseeded requests: before vs after a server restart",
 }
-ARMS = ("default", "deterministic", "corun", "corun-moe-skip")
+ARMS = ("default", "deterministic", "corun", "corun-moe-compute", "corun-moe-skip")
 MUST_DIVERGE = ("a", "b", "d", "i")  # the scenarios where default SGLang is the negative control
 
 

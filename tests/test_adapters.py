@@ -6,6 +6,7 @@ by SGLang's plugin loader, and publish server args with and without corun.
 """
 
 from array import array
+import types
 
 import pytest
 import torch
@@ -322,8 +323,9 @@ def test_sglang_keeps_the_real_token_count_where_padding_skips_the_experts(moe_p
             forward_batch_info.enable_num_token_non_padded()
 
 
-def test_padding_rows_of_an_moe_forward_get_no_expert(moe_padding_mode):
-    """A forward of 6 rows, 4 of them requests: its MoE layer's top-k loses the 2 padding rows' experts."""
+def _moe_forward(model_self):
+    """A forward of 6 rows, 4 of them requests, through ``moe_model_forward`` and one MoE layer's top-k:
+    (the expert ids the layer returned, the ids before)."""
     from sglang.srt.layers.moe.topk import StandardTopKOutput, TopK
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
     from sglang.srt.models.qwen3_moe import Qwen3MoeForCausalLM
@@ -342,9 +344,20 @@ def test_padding_rows_of_an_moe_forward_get_no_expert(moe_padding_mode):
         return adapters.topk_padding(layer, "topk", torch.zeros(6, 16), torch.zeros(6, 8))
 
     forward.__signature__ = model.__signature__
-    assert adapters.moe_model_forward(forward, "model", batch.input_ids, torch.arange(6), batch) is topk
+    assert adapters.moe_model_forward(forward, model_self, batch.input_ids, torch.arange(6), batch) is topk
+    return ids, routed
+
+
+def test_padding_rows_of_an_moe_forward_get_no_expert(moe_padding_mode):
+    """The 2 padding rows of the forward lose their experts under skip; the 4 requests keep theirs."""
+    ids, routed = _moe_forward(types.SimpleNamespace(quant_config=None))
     assert torch.equal(ids[:4], routed[:4])
     assert torch.equal(ids[4:], torch.full((2, 4), -1, dtype=torch.int32) if moe_padding_mode == "skip" else routed[4:])
+
+
+def test_a_quantized_moe_models_padding_rows_keep_their_experts(moe_padding_mode):
+    ids, routed = _moe_forward(types.SimpleNamespace(quant_config=object()))
+    assert torch.equal(ids, routed)
 
 
 def test_fused_moe_filters_unrouted_blocks_where_padding_skips_the_experts(moe_padding_mode):
@@ -359,21 +372,3 @@ def test_fused_moe_filters_unrouted_blocks_where_padding_skips_the_experts(moe_p
     required = {n: None for n, p in params.items() if p.default is inspect.Parameter.empty}
     adapters.fused_moe_filter(original, **{**required, "filter_expert": False})
     assert seen["filter_expert"] is (moe_padding_mode == "skip")
-
-
-@pytest.mark.parametrize("argv, picked", [
-    ({"corun": True, "corun_decode_tier_candidates": "64,128"}, 256),  # a tier's MoE layers run N's configuration
-    ({"corun": True}, 16),
-    ({}, 16),
-])
-def test_an_moe_layer_picks_its_kernel_configuration_by_n_with_decode_tiers(make_args, argv, picked):
-    from sglang.srt.layers.moe.moe_runner.triton_utils import fused_moe_triton_config
-
-    publish(make_args(**argv), role="scheduler")
-    seen = {}
-    original = _recording(fused_moe_triton_config.try_get_optimal_moe_config, seen)
-    adapters.moe_kernel_config(original, (128, 1536, 2048), (128, 2048, 768), 8, None, 16)
-    assert seen["M"] == picked
-    seen.clear()
-    adapters.moe_kernel_config(original, (128, 1536, 2048), (128, 2048, 768), 8, None, M=16)
-    assert seen["M"] == picked

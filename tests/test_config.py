@@ -198,8 +198,28 @@ def test_tp_sizes_follow_the_verified_set(monkeypatch):
     assert any("--tp-size" in p for p in config.refusals(user_args(tp_size=4)))
 
 
-def test_with_decode_tiers_an_moe_layer_of_at_most_n_rows_runs_ns_kernel_configuration():
-    plain, tiered = user_args(), user_args()
-    tiered.corun_decode_tier_candidates = "64,128"
-    assert [config.moe_config_rows(plain, m) for m in (16, 256, 8192)] == [16, 256, 8192]
-    assert [config.moe_config_rows(tiered, m) for m in (16, 64, 256, 8192)] == [256, 256, 256, 8192]
+def _padding(mode=None, **given):
+    args = user_args(**given)
+    args.corun = True
+    if mode is not None:
+        args.corun_moe_padding = mode
+    return args
+
+
+@pytest.mark.parametrize("mode, given, resolved", [
+    (None, {}, "skip"),  # auto, where SGLang runs the Triton kernels anyway
+    ("auto", {"moe_runner_backend": "triton"}, "skip"),
+    ("auto", {"moe_runner_backend": "flashinfer_cutlass"}, "compute"),
+    ("auto", {"quantization": "fp8"}, "compute"),
+    ("compute", {}, "compute"),
+    ("skip", {"moe_runner_backend": "flashinfer_cutlass"}, "skip"),  # refused by violations()
+])
+def test_moe_padding_auto_skips_only_on_the_unquantized_triton_runner(mode, given, resolved):
+    args = _padding(mode, **given)
+    assert config.moe_padding(args) == resolved
+    chosen = config.defaults(args)
+    assert chosen["corun_moe_padding"] == resolved
+    assert chosen.get("moe_runner_backend") == ("triton" if resolved == "skip" and "moe_runner_backend" not in given
+                                                else None)
+    args.corun = False
+    assert not config.skips_moe_padding(args)

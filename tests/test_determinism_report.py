@@ -4,6 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "determinism_report.py"
 spec = importlib.util.spec_from_file_location("determinism_report", SCRIPT)
 report = importlib.util.module_from_spec(spec)
@@ -61,12 +63,13 @@ def test_commands_notes_and_distinct_samples_are_rendered():
     assert "g. distinct samples among the n = 4 of one request: deterministic 1, corun 4" in text
 
 
-def test_the_moe_padding_arm_and_scenario_j_get_their_column_and_check():
-    rows = [_row("qwen3-moe-small", "corun", "a", 0, 32), _row("qwen3-moe-small", "corun-moe-skip", "a", 0, 32),
-            _row("qwen3-moe-small", "corun-moe-skip", "j", 0, 8), _row("qwen3-moe-small", "default", "j", 8, 8)]
+@pytest.mark.parametrize("other", ["corun-moe-compute", "corun-moe-skip"])
+def test_the_moe_padding_arm_and_scenario_j_get_their_column_and_check(other):
+    rows = [_row("qwen3-moe-small", "corun", "a", 0, 32), _row("qwen3-moe-small", other, "a", 0, 32),
+            _row("qwen3-moe-small", other, "j", 0, 8), _row("qwen3-moe-small", "default", "j", 8, 8)]
     summary = report.aggregate(rows)
     text = report.render(summary, ["cmd"], "H200")
-    assert "| scenario | default | corun | corun-moe-skip |" in text  # only the arms that ran
+    assert f"| scenario | default | corun | {other} |" in text  # only the arms that ran
     assert "| j. MoE padding rows:" in text and "| 8 / 8 | - | 0 / 8 |" in text
     assert report.checks(summary)[:2] == ["corun: 0 divergent of 32 comparisons",
-                                          "corun-moe-skip: 0 divergent of 40 comparisons"]
+                                          f"{other}: 0 divergent of 40 comparisons"]

@@ -101,10 +101,14 @@ def test_tier_candidates_are_captured_unverified(parse):
 
 
 def test_moe_padding_rows_skip_the_experts_only_under_corun(parse):
-    assert parse("--corun").corun_config.moe_padding == "compute"
-    args = parse("--corun", "--corun-moe-padding", "skip")
-    assert args.corun_moe_padding == "skip" and "moe_padding=skip" in args.corun_config.summary()
+    args = parse("--corun")  # auto: the Triton runner, unquantized
+    assert args.corun_moe_padding == "skip" and args.corun_config.moe_padding == "skip"
     assert args.moe_runner_backend == "triton"  # the kernels that give a row without an expert zeros
+    assert "moe_padding=skip" in args.corun_config.summary()
+    args = parse("--corun", "--moe-runner-backend", "flashinfer_cutlass")  # auto, another runner
+    assert args.corun_config.moe_padding == "compute" and args.moe_runner_backend == "flashinfer_cutlass"
+    args = parse("--corun", "--corun-moe-padding", "compute")
+    assert args.corun_config.moe_padding == "compute" and args.moe_runner_backend == "auto"
     with pytest.raises(config.CorunConfigError, match="only the Triton kernels"):
         parse("--corun", "--corun-moe-padding", "skip", "--moe-runner-backend", "flashinfer_cutlass")
     with pytest.raises(config.CorunConfigError, match="--corun-moe-padding: part of --corun"):
@@ -223,7 +227,7 @@ def test_without_corun_resolution_is_sglangs_own(sglang_plugins, tiny_model, arg
     assert ours.pop("corun") is False
     assert ours.pop("corun_ablation") is None
     assert ours.pop("corun_decode_tiers") is None and ours.pop("corun_decode_tier_candidates") is None
-    assert ours.pop("corun_moe_padding") == "compute"
+    assert ours.pop("corun_moe_padding") == "auto"
     assert ours == theirs
 
 

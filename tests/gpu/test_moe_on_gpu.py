@@ -1,15 +1,15 @@
 """SGLang's fused MoE on a GPU, at the kernels, as ``--corun`` runs it:
 - ``--corun-moe-padding skip``: with the padding rows' expert ids set to -1 and the filter on, every
   real row has the bits it has with the padding routed;
-- decode tiers: a tier's layer, run with the kernel configuration of N rows (``config.moe_config_rows``),
-  gives its rows the bits of the N-row layer."""
-
-import types
+- decode tiers: a tier's layer, run with the kernel configuration SGLang picks for its own row count
+  (other tiles and K step than N's), gives its rows the bits of the N-row layer. The fused-MoE
+  kernel sums a row's products over K in one order whatever the tiles, so a tier needs nothing of
+  the experts; the negative control for the harness is the routing test below."""
 
 import pytest
 import torch
 
-from corun_sglang import config, moe_padding
+from corun_sglang import moe_padding
 
 fused_moe = pytest.importorskip("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe")
 
@@ -19,7 +19,10 @@ EXPERTS, TOP_K, HIDDEN, WIDTH, SLOTS, RUNNING = 128, 8, 2048, 768, 256, 16
 
 
 @pytest.fixture(scope="module")
-def layer():
+def layer(make_args_module):
+    from sglang.srt.runtime_context import publish
+
+    publish(make_args_module(), role="scheduler")  # the kernels read their configuration from it
     g = torch.Generator(device="cuda").manual_seed(0)
 
     def normal(*shape, std=0.05):
@@ -36,7 +39,8 @@ def layer():
 
 def _experts(layer, ids, filter_expert):
     hidden, w1, w2, weights, _ = layer
-    return fused_moe.fused_experts_impl(hidden.clone(), w1, w2, weights, ids, filter_expert=filter_expert)
+    # in place, into a copy: the kernels' own output buffer would come from the TP group's pool
+    return fused_moe.fused_experts_impl(hidden.clone(), w1, w2, weights, ids, inplace=True, filter_expert=filter_expert)
 
 
 def test_padding_rows_without_experts_leave_every_real_row_bitwise_equal(layer):
@@ -63,19 +67,12 @@ def test_the_harness_sees_a_real_row_routed_elsewhere(layer):
     assert not torch.equal(other[0], routed[0]) and torch.equal(other[1:], routed[1:])
 
 
-def test_a_tier_under_ns_kernel_configuration_gives_the_rows_of_the_n_slot_graph(layer, monkeypatch):
+def test_a_tier_under_its_own_kernel_configuration_gives_the_rows_of_the_n_slot_graph(layer):
     hidden, w1, w2, weights, ids = layer
+    configs = [fused_moe.try_get_optimal_moe_config(w1.shape, w2.shape, TOP_K, None, m) for m in (RUNNING, SLOTS)]
+    assert configs[0] != configs[1]  # the comparison spans two configurations, else it proves nothing
     full = _experts(layer, ids.clone(), filter_expert=False)
-    tier = tuple(t[:RUNNING].contiguous() for t in (hidden, weights, ids))  # a 16-slot graph's rows
-
-    def run():
-        return fused_moe.fused_experts_impl(tier[0].clone(), w1, w2, tier[1], tier[2].clone(), filter_expert=False)
-
-    own = run()  # the configuration SGLang picks for 16 rows
-    served = types.SimpleNamespace(max_running_requests=SLOTS, corun_decode_tier_candidates=str(RUNNING))
-    pick = fused_moe.try_get_optimal_moe_config
-    monkeypatch.setattr(fused_moe, "try_get_optimal_moe_config",
-                        lambda *a, **k: pick(*a[:4], config.moe_config_rows(served, a[4]), *a[5:], **k))
-    assert torch.equal(run(), full[:RUNNING])
-    # negative control: under its own configuration the tier's rows come out otherwise
-    assert not torch.equal(own, full[:RUNNING])
+    tier = [t[:RUNNING].contiguous() for t in (hidden, weights, ids)]  # a 16-slot graph's rows
+    own = fused_moe.fused_experts_impl(tier[0].clone(), w1, w2, tier[1], tier[2].clone(), inplace=True,
+                                       filter_expert=False)
+    assert torch.equal(own, full[:RUNNING])

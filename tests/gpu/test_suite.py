@@ -3,9 +3,10 @@
 Arms: ``default`` (SGLang as shipped: the negative control, divergence
 asserted in scenarios a, b, d, i), ``deterministic`` (SGLang's
 ``--enable-deterministic-inference``: reported only) and ``corun`` (every
-comparison must be bitwise identical); ``corun-moe-skip`` (``--corun
---corun-moe-padding skip``, asserted like ``corun``) runs when named, and
-scenario j then checks that it gives every request ``corun``'s bits. For each shape the arms' servers run
+comparison must be bitwise identical); ``corun-moe-compute`` (``--corun
+--corun-moe-padding compute``, asserted like ``corun``, whose MoE padding rows
+skip the experts) runs when named, and scenario j then checks that both give
+every request the same bits. For each shape the arms' servers run
 side by side on one GPU, each with ``CORUN_SUITE_STATIC_GB`` GiB of static
 memory, and every scenario runs on all arms at once (the other arms' load
 changes only timing, which the default arm's batching is free to follow and
@@ -45,8 +46,8 @@ ARMS = {
     "default": [],
     "deterministic": ["--enable-deterministic-inference"],
     "corun": ["--corun"],
-    # --corun with a decode graph's padding rows kept out of the MoE experts: selected by name
-    "corun-moe-skip": ["--corun", "--corun-moe-padding", "skip"],
+    # --corun with a decode graph's padding rows routed through the MoE experts: selected by name
+    "corun-moe-compute": ["--corun", "--corun-moe-padding", "compute"],
 }
 SELECTED = os.environ.get("CORUN_SUITE_ARMS", "default,deterministic,corun").split(",")
 TP = int(os.environ.get("CORUN_SUITE_TP", "1"))
@@ -56,8 +57,8 @@ SERVER_ARGS = os.environ.get(
     "CORUN_SUITE_SERVER_ARGS", "--attention-backend flashinfer"
 ).split() + ["--chunked-prefill-size", "2048", "--tp-size", str(TP)]
 MUST_DIVERGE_IN_DEFAULT = {"a", "b", "d", "i"}
-ASSERTED = {"default", "corun", "corun-moe-skip"}  # the deterministic arm is reported only
-COMPARED = ("corun", "corun-moe-skip")  # scenario j: the same bits, padding rows through the experts or not
+ASSERTED = {"default", "corun", "corun-moe-compute"}  # the deterministic arm is reported only
+COMPARED = ("corun", "corun-moe-compute")  # scenario j: the same bits, padding rows through the experts or not
 
 
 @pytest.fixture(scope="module", params=SHAPES)
@@ -314,9 +315,9 @@ def test_i_filtered_needles_among_mixed_filters(arms):
 
 
 def test_j_moe_padding_rows_skip_the_experts_without_changing_a_bit(arms):
-    """``--corun-moe-padding skip`` gives every request the bits of ``--corun``: the same requests, alone
-    and among 1-255 others (graphs with few to no padding rows), on both servers. Negative control: the
-    default arm, on the same requests, differs from ``--corun``."""
+    """``--corun-moe-padding skip`` (``--corun``'s default here) gives every request the bits of ``compute``:
+    the same requests, alone and among 1-255 others (graphs with few to no padding rows), on both
+    servers. Negative control: the default arm, on the same requests, differs from ``--corun``."""
     shape, servers = arms
     if not set(COMPARED) <= set(servers):
         pytest.skip(f"needs the arms {', '.join(COMPARED)}")
@@ -333,6 +334,6 @@ def test_j_moe_padding_rows_skip_the_experts_without_changing_a_bit(arms):
     reference = got["corun"]
     rows = {arm: _record(shape, arm, "j", harness.compare(reference, outs)) for arm, outs in got.items()
             if arm != "corun"}
-    assert rows["corun-moe-skip"]["divergent"] == 0, rows["corun-moe-skip"]
+    assert rows["corun-moe-compute"]["divergent"] == 0, rows["corun-moe-compute"]
     if "default" in rows:
         assert rows["default"]["divergent"] == rows["default"]["comparisons"], rows["default"]
