@@ -14,8 +14,8 @@ Invariants of a configuration that ``resolve()`` accepts:
 - prefill and decode attention run on FlashInfer;
 - sampling runs on the ``corun`` backend (request-bound random draws);
 - SGLang's batch-invariant ops (``--enable-deterministic-inference``) stay off;
-- MoE padding rows (``--corun-moe-padding``) resolve to ``skip`` or ``compute``; under ``skip`` the
-  MoE layers run on the Triton runner, whose kernels give a row without an expert zeros
+- MoE padding rows (``--corun-moe-padding``) resolve to ``skip`` or ``compute``; ``skip`` only
+  where SGLang's MoE runner is its Triton kernels, which give a row without an expert zeros
   (``corun_sglang.moe_padding``);
 - no feature that splits, reshapes or redistributes a batch (speculative
   decoding, DP attention, PD disaggregation, pipeline parallelism, two-batch
@@ -62,12 +62,9 @@ PREFILL_REQUESTS_PER_BATCH = 1
 DEFAULT_RANDOM_SEED = 0
 
 
-#: The MoE runner whose kernels give a row without an expert (id -1) zeros (``moe_padding``).
-MOE_PADDING_RUNNER = "triton"
-
-#: ``--corun-moe-padding`` values: ``auto`` resolves under ``--corun`` to ``skip`` where the MoE layers
-#: would run unquantized on the Triton runner anyway, and to ``compute`` elsewhere.
-MOE_PADDING_MODES = ("auto", "compute", "skip")
+#: The MoE runner settings under which SGLang runs an unquantized MoE layer on CUDA on its Triton
+#: kernels, the only ones here that give a row without an expert (id -1) zeros (``moe_padding``).
+MOE_PADDING_RUNNERS = ("auto", "triton")
 
 #: Subsets of CoRun's mechanisms that ``--corun-ablation`` applies without ``--corun``, to
 #: measure what each costs. Such a server makes no determinism promise.
@@ -364,15 +361,14 @@ def refusals(args: Any) -> list[str]:
 def moe_padding(args: Any) -> str:
     """What the padding rows of ``args``' decode graphs do in the MoE experts: ``skip`` or ``compute``.
 
-    ``auto`` (the default) is ``skip`` where the MoE runner is left at ``auto`` or set to ``triton``
-    and the model is not quantized: SGLang runs such layers on the Triton kernels, the only ones here
-    that give a row without an expert zeros. Anything else is ``compute``."""
+    ``auto`` (the default) is ``skip`` where SGLang resolved the MoE runner to one of
+    ``MOE_PADDING_RUNNERS`` and ``--quantization`` is unset, else ``compute``. A quantized checkpoint's
+    layers keep their padding rows' experts either way (``adapters.moe_model_forward``)."""
     mode = getattr(args, "corun_moe_padding", "auto") or "auto"
     if mode != "auto":
         return mode
-    runner = getattr(args, "moe_runner_backend", "auto")
-    triton = runner in ("auto", MOE_PADDING_RUNNER) and getattr(args, "quantization", None) is None
-    return "skip" if triton else "compute"
+    triton = getattr(args, "moe_runner_backend", "auto") in MOE_PADDING_RUNNERS
+    return "skip" if triton and getattr(args, "quantization", None) is None else "compute"
 
 
 def skips_moe_padding(args: Any) -> bool:
@@ -388,12 +384,8 @@ def defaults(args: Any) -> dict[str, Any]:
     """
     n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
     tp = {"disable_custom_all_reduce": True} if (args.tp_size or 1) > 1 else {}
-    moe = {"corun_moe_padding": moe_padding(args)}
-    if moe["corun_moe_padding"] == "skip" and getattr(args, "moe_runner_backend", "auto") == "auto":
-        moe["moe_runner_backend"] = MOE_PADDING_RUNNER
     return {
         **tp,
-        **moe,
         "max_running_requests": n,
         "cuda_graph_bs_decode": decode_sizes(args),
         "cuda_graph_max_bs_decode": n,
@@ -488,10 +480,10 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
             f"not {ATTENTION_BACKEND} for both; pass --attention-backend {ATTENTION_BACKEND}"
         )
     runner = getattr(args, "moe_runner_backend", None)
-    if skips_moe_padding(args) and runner != MOE_PADDING_RUNNER:
+    if skips_moe_padding(args) and runner not in MOE_PADDING_RUNNERS:
         problems.append(
             f"--corun-moe-padding skip: the MoE runner resolved to '{runner}'; only the Triton kernels "
-            f"give a row without an expert zeros. Fix: --moe-runner-backend {MOE_PADDING_RUNNER}, or "
+            "give a row without an expert zeros. Fix: --moe-runner-backend triton, or "
             "--corun-moe-padding compute"
         )
     return problems

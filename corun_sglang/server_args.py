@@ -63,8 +63,8 @@ class CorunServerArgs(SGLangServerArgs):
         "request fills) do in the expert layers. 'compute' routes them like requests; 'skip' gives "
         "them no expert, which saves that work and leaves every request's tokens and logprobs as "
         "they are under 'compute' (unquantized Qwen3-MoE models, Triton MoE runner). 'auto': "
-        "'skip' where the MoE runner is left at auto or set to triton and --quantization is unset, "
-        "else 'compute'.",
+        "'skip' where SGLang resolves the MoE runner to auto or triton (its Triton kernels) and "
+        "--quantization is unset, else 'compute'.",
     ] = "auto"
 
     def __post_init__(self):
