@@ -99,6 +99,20 @@ def arm_args(specs: list[str], arms: list[str]) -> dict[str, list[str]]:
     return extra
 
 
+def arm_env(specs: list[str], arms: list[str]) -> dict[str, dict[str, str]]:
+    """Each arm's added server environment from ``ARM=NAME=VALUE`` specs; every named arm must be one of
+    ``arms``. E.g. ``CoRun-tiers=TORCH_BLAS_PREFER_CUBLASLT=1``: that arm's GEMMs through cuBLASLt, its
+    decode tiers verified under the same setting."""
+    env = {arm: {} for arm in arms}
+    for spec in specs:
+        arm, _, setting = spec.partition("=")
+        name, sep, value = setting.partition("=")
+        if not sep or not name or arm not in env:
+            raise SystemExit(f"--arm-env {spec!r}: expected ARM=NAME=VALUE with ARM one of {', '.join(arms)}")
+        env[arm][name] = value
+    return env
+
+
 def warmup_bodies(pairs: list[tuple[int, int]], count: int) -> list[dict]:
     """``count`` requests shaped like the workload's first ones (prompts no measured run sends,
     at most 16 new tokens each)."""
@@ -114,16 +128,19 @@ def schedule(arms: list[str], reps: int) -> list[tuple[int, str]]:
     return [(rep, arms[(k - rep) % len(arms)]) for rep in range(reps) for k in range(len(arms))]
 
 
-def tiers_record(args, label: str, ckpt, shared: list[str]):
-    """The decode tiers record of this checkpoint and server options: verified once, kept in the logs folder."""
+def tiers_record(args, label: str, ckpt, shared: list[str], env: dict[str, str] | None = None):
+    """The decode tiers record of this checkpoint, server options and added environment: verified once,
+    kept in the logs folder."""
     from corun_sglang import tiers, verify_tiers
 
-    path = Path(args.logs) / f"tiers-{label}-n{args.max_running_requests}.json"
+    setting = "".join(f"-{name}={value}" for name, value in sorted((env or {}).items()))
+    path = Path(args.logs) / f"tiers-{label}-n{args.max_running_requests}{setting}.json"
     if path.exists():
         return tiers.load(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = verify_tiers.verify(str(ckpt), tiers.parse_sizes(args.tier_candidates), args.max_running_requests,
-                                 path, path.with_suffix(".log"), server_args=shared, static_gb=args.static_gb)
+                                 path, path.with_suffix(".log"), server_args=shared, static_gb=args.static_gb,
+                                 env=env)
     print(verify_tiers.render(record), flush=True)
     return tiers.load(path)
 
@@ -151,6 +168,9 @@ def main(argv=None) -> int:
                         help="decode graph sizes verified (corun-sglang verify-tiers) for the CoRun-tiers arm")
     parser.add_argument("--arm-args", action="append", default=[], metavar="ARM=ARGS",
                         help="extra server options for one arm (repeatable), e.g. BI=--disable-prefill-cuda-graph")
+    parser.add_argument("--arm-env", action="append", default=[], metavar="ARM=NAME=VALUE",
+                        help="an environment variable for one arm's server (repeatable), e.g. "
+                             "CoRun-tiers=TORCH_BLAS_PREFER_CUBLASLT=1")
     parser.add_argument("--tp-size", type=int, default=1,
                         help="tensor-parallel size; rows of TP > 1 are labelled SHAPE-tpN")
     args = parser.parse_args(argv)
@@ -161,6 +181,7 @@ def main(argv=None) -> int:
     label = args.shape if args.tp_size == 1 else f"{args.shape}-tp{args.tp_size}"
     arms = args.arms.split(",")
     extra = arm_args(args.arm_args, arms)
+    env = arm_env(args.arm_env, arms)
     names = args.workloads.split(",")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     done = done_reps(out, arms)
@@ -183,7 +204,7 @@ def main(argv=None) -> int:
         *(["--max-total-tokens", str(args.max_total_tokens)] if args.max_total_tokens else []),
         *args.server_args.split(),
     ]
-    record = tiers_record(args, label, ckpt, shared) if "CoRun-tiers" in arms else None
+    record = tiers_record(args, label, ckpt, shared, env["CoRun-tiers"]) if "CoRun-tiers" in arms else None
     gpu = common.gpu_uuid()
     servers = {}
     warmed = []  # servers that have served their warm-up
@@ -195,7 +216,7 @@ def main(argv=None) -> int:
                     servers.pop(other).stop()
             tiered = ["--corun-decode-tiers", record.source] if arm == "CoRun-tiers" else []
             servers[arm] = Server(str(ckpt), ARMS[arm] + extra[arm] + tiered + shared, Path(args.logs) / f"{arm}.log",
-                                  timeout=900, static_gb=args.static_gb)
+                                  timeout=900, static_gb=args.static_gb, env=env[arm])
         return servers[arm]
 
     try:
@@ -221,7 +242,8 @@ def main(argv=None) -> int:
                 "study": args.study, "shape": label, "tp": args.tp_size, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
                 "requests": len(bodies), "time": time.time(), "host": socket.gethostname(),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_uuid": gpu,
-                "server_command": server.command, "decode_wave": wave,
+                "server_command": server.command, **({"server_env": env[arm]} if env[arm] else {}),
+                "decode_wave": wave,
                 **client.summarize(records, duration, wave=wave),
                 "timeline": client.timeline(records, [len(b["input_ids"]) for b in bodies]),
                 "decode_steps": steps,

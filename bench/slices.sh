@@ -10,6 +10,10 @@
 #   dense-ablation  qwen3-8b, sharegpt, fixed-64-448 and azure-conv: STD, split-KV off, + isolated prefill, CoRun
 #   dense-tiers     qwen3-8b, sharegpt at concurrency 16, 64, 256: STD, CoRun, and CoRun with the decode
 #                   tiers corun-sglang verify-tiers keeps (verified once, before the first server starts)
+#   dense-tiers-lt  qwen3-8b, sharegpt at concurrency 16, 64, 256: STD, and CoRun with decode tiers whose
+#                   GEMMs run through cuBLASLt (TORCH_BLAS_PREFER_CUBLASLT=1 for that arm and its verify-tiers,
+#                   candidates from 32 rows up, where cuBLASLt gives a GEMM row the 256-row bits)
+#   dense-profile-lt  qwen3-8b at 16 and 64 running: the same two arms, GPU time per decode step
 #   dense-ablation-c16  qwen3-8b, sharegpt at concurrency 16: STD, split-KV off, CoRun with decode tiers
 #                   (what a light load's steps cost: the attention without split-KV, or the rest of CoRun)
 #   dense-profile   qwen3-8b: GPU time per decode step by kernel kind, 16, 64 and 256 requests running:
@@ -35,6 +39,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 results="$(realpath -m "$1")"; shift
 mkdir -p "$results/logs"
+lt_candidates=32,40,48,56,64,72,88,104,128,160,224  # dense-*-lt: one record for both, in RESULTS/logs
 base=(python3 bench/run.py --out "$results/runs.jsonl" --logs "$results/logs")
 status=0
 for spec in "$@"; do
@@ -51,6 +56,12 @@ for spec in "$@"; do
         dense-ablation) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 \
             --arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun --static-gb 30 \
             --workloads "$(only sharegpt,fixed-64-448,azure-conv)" ;;
+        dense-tiers-lt) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,64,256 --arms STD,CoRun-tiers \
+            --arm-env CoRun-tiers=TORCH_BLAS_PREFER_CUBLASLT=1 --tier-candidates "$lt_candidates" \
+            --workloads "$(only sharegpt)" ;;
+        dense-profile-lt) python3 bench/step_profile.py --shape qwen3-8b --arms CoRun-tiers,STD --loads 16,64 \
+            --arm-env CoRun-tiers=TORCH_BLAS_PREFER_CUBLASLT=1 --tier-candidates "$lt_candidates" \
+            --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
         dense-ablation-c16) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16 \
             --arms STD,SplitKV-off,CoRun-tiers --static-gb 30 --workloads "$(only sharegpt)" ;;
         dense-tiers) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,64,256 --arms STD,CoRun,CoRun-tiers \

@@ -188,6 +188,8 @@ def main(argv=None) -> int:
                         help="decode graph sizes verified for the CoRun-tiers arm when --tiers is not given")
     parser.add_argument("--arm-args", action="append", default=[], metavar="ARM=ARGS",
                         help="extra server options for one arm (repeatable), as in bench/run.py")
+    parser.add_argument("--arm-env", action="append", default=[], metavar="ARM=NAME=VALUE",
+                        help="an environment variable for one arm's server (repeatable), as in bench/run.py")
     args = parser.parse_args(argv)
 
     from corun_sglang import tiers
@@ -198,6 +200,7 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown arms {unknown}")
     extra = run.arm_args(args.arm_args, arms)
+    env = run.arm_env(args.arm_env, arms)
     loads = sorted({int(n) for n in args.loads.split(",")})
     if loads[-1] > args.max_running_requests:
         parser.error(f"a load above --max-running-requests {args.max_running_requests}")
@@ -211,13 +214,13 @@ def main(argv=None) -> int:
     shared = ["--max-running-requests", str(args.max_running_requests), *args.server_args.split()]
     record = args.tiers
     if "CoRun-tiers" in arms and not record:
-        record = run.tiers_record(args, args.shape, ckpt, shared).source
+        record = run.tiers_record(args, args.shape, ckpt, shared, env["CoRun-tiers"]).source
     for arm in arms:
         tiered = ["--corun-decode-tiers", record] if arm == "CoRun-tiers" else []
         graphs = (tiers.capture_sizes(tiers.load(record).tiers if tiered else (), args.max_running_requests)
                   if "--corun" in run.ARMS[arm] else None)
         server = Server(str(ckpt), run.ARMS[arm] + extra[arm] + tiered + shared, Path(args.logs) / f"profile-{arm}.log",
-                        timeout=900, static_gb=args.static_gb)
+                        timeout=900, static_gb=args.static_gb, env=env[arm])
         try:
             for load in loads:
                 prompts = workloads.prompts([(args.input_len, args.output_len)] * load, seed=load)
@@ -228,6 +231,7 @@ def main(argv=None) -> int:
                 row = {"shape": args.shape, "arm": arm, "load": load, "running": running, "steps": args.steps,
                        "input_len": args.input_len, "kv_tokens": kv, "trace": str(trace),
                        "graph_slots": graph_slots(graphs, running) if graphs else None,
+                       **({"server_env": env[arm]} if env[arm] else {}),
                        **summarize_trace(trace, args.steps), "server_command": server.command}
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Mapping
 
 
 def _free_port() -> int:
@@ -72,7 +73,8 @@ class Server:
     """``python -m sglang.launch_server`` in a subprocess, logging to a file."""
 
     def __init__(self, model_path: str, args: list[str], log: Path, timeout: float = 600,
-                 skip_tokenizer_init: bool = True, static_gb: float | None = None):
+                 skip_tokenizer_init: bool = True, static_gb: float | None = None,
+                 env: Mapping[str, str] | None = None):
         import httpx
 
         from corun_sglang.synthetic import SEED_ENV
@@ -81,7 +83,7 @@ class Server:
             args = [*args, "--mem-fraction-static", str(static_fraction(static_gb, free_gpu_gb()))]
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = dict(os.environ)
+        self.env = {**os.environ, **(env or {})}  # the server's processes inherit it
         if weightless(model_path) and "--load-format" not in args:
             args = [*args, "--load-format", "dummy"]
             self.env.setdefault(SEED_ENV, "0")

@@ -134,14 +134,16 @@ def model_vocab(model_path: str, default: int = 32000) -> int:
 
 
 def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: Path, server_args: Sequence[str] = (),
-           needle_count: int = 2, needle_tokens: int = 32, seed: int = 0, static_gb: float | None = None) -> "Record":
-    """Start a candidate server, probe it, write the record to ``out``; returns it."""
+           needle_count: int = 2, needle_tokens: int = 32, seed: int = 0, static_gb: float | None = None,
+           env: Mapping[str, str] | None = None) -> "Record":
+    """Start a candidate server (with ``env`` added to its environment), probe it, write the record to
+    ``out``; returns it."""
     from corun_sglang import tiers
     from corun_sglang.launch import Server
 
     args = ["--corun", "--max-running-requests", str(n),
             "--corun-decode-tier-candidates", ",".join(map(str, candidates)), *server_args]
-    server = Server(model_path, args, log, static_gb=static_gb)
+    server = Server(model_path, args, log, static_gb=static_gb, env=env)
     try:
         environment = tiers.environment_from_log(server.log_text())
         vocab = model_vocab(model_path)

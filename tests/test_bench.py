@@ -140,6 +140,14 @@ def test_arm_args_reach_only_the_arm_named():
             run.arm_args([bad], ["STD", "BI"])
 
 
+def test_arm_env_reaches_only_the_arm_named():
+    env = run.arm_env(["CoRun-tiers=TORCH_BLAS_PREFER_CUBLASLT=1", "CoRun-tiers=A=x=y"], ["STD", "CoRun-tiers"])
+    assert env == {"STD": {}, "CoRun-tiers": {"TORCH_BLAS_PREFER_CUBLASLT": "1", "A": "x=y"}}
+    for bad in ("CoRun-tiers=A", "CoRun-tiers==1", "BI=A=1"):  # no value, no name, an arm not served
+        with pytest.raises(SystemExit, match="ARM=NAME=VALUE"):
+            run.arm_env([bad], ["STD", "CoRun-tiers"])
+
+
 def test_the_decode_wave_is_what_the_server_ran_at_once():
     # default SGLang running 255 of 256, a KV pool holding 179 long requests, a closed loop overlapping
     assert run.decode_wave(256, [[120, 9e3], [255, 1e4]]) == 255
@@ -319,7 +327,8 @@ class _StandIn:
     started: list = []
     instances: list = []
 
-    def __init__(self, model_path, args, log, timeout=600, static_gb=None):
+    def __init__(self, model_path, args, log, timeout=600, static_gb=None, env=None):
+        self.env = env
         self.log = Path(log)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.log.write_text("server started\n")
@@ -422,8 +431,9 @@ def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(stand_
     out, argv = stand_in
     verified = []
 
-    def verify(model_path, candidates, n, out, log, server_args=(), static_gb=None, **_):
+    def verify(model_path, candidates, n, out, log, server_args=(), static_gb=None, env=None, **_):
         verified.append((candidates, n, list(server_args)))
+        assert not env
         record = tiers.Record(n=n, tiers=(72, 128), environment={"gpu": "G"}, rejected={64: 3})
         out.write_text(json.dumps(record.to_json()))
         return record
@@ -439,6 +449,29 @@ def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(stand_
     assert rows["CoRun-tiers"]["decode_tiers"] == [72, 128] and "--corun-decode-tiers" not in rows["CoRun"]["server_command"]
     out.unlink()
     assert run.main(argv) == 0 and len(verified) == 1  # the record is verified once per checkpoint and N
+
+
+def test_an_arm_env_reaches_the_arms_server_its_tiers_verification_and_its_rows(stand_in, monkeypatch):
+    from corun_sglang import tiers, verify_tiers
+
+    out, argv = stand_in
+    verified = []
+
+    def verify(model_path, candidates, n, out, log, server_args=(), static_gb=None, env=None, **_):
+        verified.append((out.name, env))
+        record = tiers.Record(n=n, tiers=(32, 128), environment={"gpu": "G"}, rejected={})
+        out.write_text(json.dumps(record.to_json()))
+        return record
+
+    monkeypatch.setattr(verify_tiers, "verify", verify)
+    argv += ["--arms", "STD,CoRun-tiers", "--tier-candidates", "32,128",
+             "--arm-env", "CoRun-tiers=TORCH_BLAS_PREFER_CUBLASLT=1"]
+    assert run.main(argv) == 0
+    lt = {"TORCH_BLAS_PREFER_CUBLASLT": "1"}
+    assert verified == [("tiers-qwen3-8b-n256-TORCH_BLAS_PREFER_CUBLASLT=1.json", lt)]
+    assert {"--corun" in s.command: s.env for s in _StandIn.instances} == {True: lt, False: {}}
+    rows = {r["arm"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert rows["CoRun-tiers"]["server_env"] == lt and "server_env" not in rows["STD"]
 
 
 def _rec(start, chunks, end):
@@ -526,7 +559,7 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
     script = Path(__file__).resolve().parents[1] / "bench" / "slices.sh"
     text = script.read_text()
     for name in ("dense-core", "dense-long", "dense-sweep", "dense-ablation", "dense-ablation-c16", "dense-tiers",
-                 "dense-profile", "dense-padding", "moe-core", "moe-long", "moe-profile", "moe-tiers", "moe-padding",
+                 "dense-tiers-lt", "dense-profile-lt", "dense-profile", "dense-padding", "moe-core", "moe-long", "moe-profile", "moe-tiers", "moe-padding",
                  "tp2-core", "sampler"):
         assert f"#   {name}" in text and f"{name})" in text
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "no-such-slice"], capture_output=True, text=True)
