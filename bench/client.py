@@ -7,7 +7,8 @@ throughput the generated tokens over the run's wall time. Times are in
 milliseconds in the summary. Tokens are counted from each chunk's
 ``meta_info.completion_tokens``, so cumulative and incremental streams
 (``--incremental-streaming-output``, the benchmarks' default: no chunk resends
-earlier tokens) measure alike.
+earlier tokens) measure alike; each request's output token ids are kept the
+same way, for ``digest``.
 
 Two measures go beyond ``bench_serving``: the decode-phase throughput (output
 tokens per second while the first wave of requests is all decoding: from the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import statistics
 import time
@@ -36,7 +38,16 @@ class Record:
     chunk_tokens: list[int] = dataclasses.field(default_factory=list)  # output tokens so far, per chunk
     end: float | None = None
     output_tokens: int = 0
+    output_ids: list[int] = dataclasses.field(default_factory=list)
     error: str | None = None
+
+
+def digest(record: Record) -> str | None:
+    """A short hash of a request's output token ids; None for a request that failed. Two runs of one
+    prompt and seed gave the same tokens exactly when their digests are equal."""
+    if record.error is not None or record.end is None:
+        return None
+    return hashlib.sha256(json.dumps(record.output_ids).encode()).hexdigest()[:16]
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -169,7 +180,11 @@ async def _one(client: httpx.AsyncClient, url: str, body: dict) -> Record:
                 data = line[5:].strip()
                 if data == "[DONE]":
                     break
-                tokens = json.loads(data)["meta_info"]["completion_tokens"]
+                chunk = json.loads(data)
+                tokens = chunk["meta_info"]["completion_tokens"]
+                ids = chunk.get("output_ids") or []
+                # incremental streams send each chunk's new ids, cumulative ones all ids so far
+                rec.output_ids = list(ids) if len(ids) == tokens else rec.output_ids + list(ids)
                 if tokens > rec.output_tokens:
                     now = time.perf_counter()
                     rec.first = rec.first or now
@@ -180,6 +195,20 @@ async def _one(client: httpx.AsyncClient, url: str, body: dict) -> Record:
     except (httpx.HTTPError, KeyError, json.JSONDecodeError) as exc:
         rec.error = f"{type(exc).__name__}: {exc}"
     return rec
+
+
+async def flush_cache(url: str, timeout: float = 60) -> None:
+    """Empty the server's prefix cache (``POST /flush_cache``; SGLang refuses while requests run, so
+    this retries until it is idle or ``timeout`` seconds pass, then raises)."""
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        while True:
+            reply = await client.post(url + "/flush_cache")
+            if reply.status_code == 200:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url}/flush_cache: {reply.status_code} {reply.text.strip()}")
+            await asyncio.sleep(0.5)
 
 
 def request(prompt: list[int], output_len: int, seed: int, temperature: float = 0.6) -> dict:

@@ -13,7 +13,8 @@ time and step cost by number of running requests. Where a
 run has a decode phase (``client.decode_step_throughput``), its median goes
 in a table of its own; timelines of prefill and decode throughput (first
 repetition), the concurrency sweep and the padding study (``--padding``,
-from ``bench/padding.py``) are plotted.
+from ``bench/padding.py``) are plotted. Where repetitions kept output digests,
+a table counts the requests each arm reproduced token for token.
 
     python bench/report.py docs/results/bench/runs.jsonl --out docs/results/benchmarks.md \
         --plots docs/results/bench [--notes notes.md] [--padding docs/results/bench/padding.jsonl] \
@@ -412,6 +413,33 @@ def coverage_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
     return lines
 
 
+def repeats_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
+    """Markdown: per (study, shape, workload, concurrency, arm) with two or more repetitions of the same
+    prompts (``prompt_seed``) that kept output digests, the requests whose output tokens were identical in
+    every one of them. The repetitions' batches differ (closed loop, arrival timing, co-runners), so an
+    arm that is deterministic under batching reproduces every request."""
+    runs = collections.defaultdict(list)
+    for study, (rows, _) in groups.items():
+        for r in rows:
+            if r.get("output_digests") and "prompt_seed" in r:
+                runs[(study, r["shape"], r["workload"], r["concurrency"], r["prompt_seed"], r["arm"])].append(r)
+    lines = []
+    for (study, shape, w, c, _, arm), rs in sorted(runs.items(), key=lambda kv: (*kv[0][:5], _arm_rank(kv[0][5]))):
+        if len(rs) < 2:
+            continue
+        digests = list(zip(*(r["output_digests"] for r in rs)))
+        same = sum(d[0] is not None and len(set(d)) == 1 for d in digests)
+        lines.append(f"| {study or '-'} | {shape} | {w} | {c} | {arm} | {len(rs)} | {same} of {len(digests)} |")
+    if not lines:
+        return []
+    return ["| study | shape | workload | concurrency | arm | repetitions | requests with identical tokens in all |",
+            "| --- | --- | --- | ---: | --- | ---: | ---: |", *lines]
+
+
+def _arm_rank(arm: str) -> int:
+    return ORDER.index(arm) if arm in ORDER else len(ORDER)
+
+
 def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], header: str,
            padding: list[dict] | None = None, sampler: list[dict] | None = None, notes: str = "",
            step_profile: list[tuple[str, list[dict]]] | None = None) -> str:
@@ -479,6 +507,9 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
             lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | " + " | ".join(vals) + " |")
         lines.append("")
     lines += tiers_table(groups)
+    repeats = repeats_table(groups)
+    if repeats:
+        lines += ["## Same outputs across repetitions (prompts and seeds alike, batches not)", "", *repeats, ""]
     lines.append("Throughput cells: median (min-max) over repetitions.")
     return "\n".join(lines) + "\n"
 

@@ -18,7 +18,10 @@ concurrency, or the most requests the server ran at once where it ran fewer
 (``decode_wave``; the decode-phase measures follow that wave). Every server, before its
 first measured run, serves ``--warmup`` requests of that run's workload (other
 prompts, at most 16 new tokens each), unrecorded: first-use costs (kernel
-selection, allocator growth) stay out of repetition 0.
+selection, allocator growth) stay out of repetition 0. Every repetition sends
+the same prompts and seeds, each measured run from an empty prefix cache
+(``POST /flush_cache``); a row keeps a digest of each request's output tokens,
+so the report counts the requests whose tokens every repetition reproduced.
 
     python bench/run.py --shape qwen3-8b --workloads sharegpt,fixed-1024-128 --reps 3 \\
         --out docs/results/bench/runs.jsonl
@@ -34,6 +37,7 @@ import os
 import socket
 import sys
 import time
+import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -84,8 +88,14 @@ def decode_wave(concurrency: int, steps: list[list[float]]) -> int:
     return min(concurrency, max((int(r) for r, _ in steps), default=concurrency))
 
 
-#: The warm-up's prompt seed; measured runs use 1000 * workload index + repetition.
+#: The warm-up's prompt seed.
 WARMUP_SEED = 999_999_937
+
+
+def prompt_seed(workload: str) -> int:
+    """The seed of a workload's measured prompts: from its name alone, so every repetition, arm and
+    slice sends the same prompts."""
+    return zlib.crc32(workload.encode())
 
 
 def arm_args(specs: list[str], arms: list[str]) -> dict[str, list[str]]:
@@ -225,13 +235,15 @@ def main(argv=None) -> int:
                 serve(arm)
         for w, c, rep, arm in todo:
             pairs = workloads.lengths(w, args.requests)
-            # Fresh prompts per repetition (no prefix-cache hits across reps), the same for every arm.
-            prompts = workloads.prompts(pairs, seed=1000 * names.index(w) + rep)
+            # The same prompts for every repetition and arm; each measured run starts with an empty
+            # prefix cache, so a repetition gets no cache hits from the one before it.
+            prompts = workloads.prompts(pairs, seed=prompt_seed(w))
             bodies = [client.request(p, o, seed=i) for i, (p, (_, o)) in enumerate(zip(prompts, pairs))]
             server = serve(arm)
             if args.warmup and server not in warmed:
                 asyncio.run(client.run(server.url, warmup_bodies(pairs, args.warmup), c))
                 warmed.append(server)
+            asyncio.run(client.flush_cache(server.url))
             log_start = server.log.stat().st_size
             records, duration = asyncio.run(client.run(server.url, bodies, c))
             with open(server.log, errors="replace") as log:
@@ -240,13 +252,14 @@ def main(argv=None) -> int:
             wave = decode_wave(c, steps)
             row = {
                 "study": args.study, "shape": label, "tp": args.tp_size, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
-                "requests": len(bodies), "time": time.time(), "host": socket.gethostname(),
+                "requests": len(bodies), "prompt_seed": prompt_seed(w), "time": time.time(), "host": socket.gethostname(),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_uuid": gpu,
                 "server_command": server.command, **({"server_env": env[arm]} if env[arm] else {}),
                 "decode_wave": wave,
                 **client.summarize(records, duration, wave=wave),
                 "timeline": client.timeline(records, [len(b["input_ids"]) for b in bodies]),
                 "decode_steps": steps,
+                "output_digests": [client.digest(r) for r in records],
                 **({"decode_tiers": list(record.tiers)} if arm == "CoRun-tiers" else {}),
             }
             with open(out, "a") as f:

@@ -44,10 +44,12 @@ DECODE_LINE = ("[{}] Decode batch, #running-req: {}, #token: 20, token usage: 0.
                "gen throughput (token/s): {:.2f}, #queue-req: 0\n")
 
 
-def _streaming_server(log=None, capacity=None):
-    """A stand-in SGLang: /generate streams a token every 10 ms (with ``log``, it appends two SGLang
-    decode-batch lines per request; with ``capacity``, at most that many stream at once, the others
-    wait their turn); /start_profile writes an empty trace a moment later."""
+def _streaming_server(log=None, capacity=None, cumulative=False):
+    """A stand-in SGLang: /generate streams a token every 10 ms, its id a function of the prompt and
+    position, one new id per chunk (``cumulative``: every id so far); with ``log``, it appends two
+    SGLang decode-batch lines per request; with ``capacity``, at most that many stream at once, the
+    others wait their turn. /start_profile writes an empty trace a moment later; /flush_cache answers
+    400 while a request streams, as SGLang does, else 200."""
     slots = threading.BoundedSemaphore(capacity or 1 << 30)
 
     class Handler(BaseHTTPRequestHandler):
@@ -57,7 +59,15 @@ def _streaming_server(log=None, capacity=None):
             pass
 
         def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path == "/flush_cache":
+                busy = self.server.streaming > 0
+                self.server.flushes.append(not busy)
+                self.send_response(400 if busy else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = json.loads(raw)
             if self.path == "/start_profile":
                 self.server.profiles.append(body)
                 out = Path(body["output_dir"]) / f"{body['profile_id']}-TP-0.trace.json"
@@ -69,9 +79,13 @@ def _streaming_server(log=None, capacity=None):
             self.server.received.append(body["input_ids"])
             n = body["sampling_params"]["max_new_tokens"]
             with slots:
-                self._stream(n)
+                self.server.streaming += 1
+                try:
+                    self._stream(n, sum(body["input_ids"]))
+                finally:
+                    self.server.streaming -= 1
 
-        def _stream(self, n):
+        def _stream(self, n, base):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
@@ -85,7 +99,8 @@ def _streaming_server(log=None, capacity=None):
             try:
                 for k in range(1, n + 1):
                     time.sleep(0.01)
-                    chunk("data: " + json.dumps({"meta_info": {"completion_tokens": k}}) + "\n\n")
+                    ids = [(base + j) % 1000 for j in range(1 if cumulative else k, k + 1)]
+                    chunk("data: " + json.dumps({"output_ids": ids, "meta_info": {"completion_tokens": k}}) + "\n\n")
                 if log is not None:  # logged while the request runs, as SGLang does
                     now = time.strftime("%Y-%m-%d %H:%M:%S")
                     with open(log, "a") as f:
@@ -99,6 +114,7 @@ def _streaming_server(log=None, capacity=None):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.received = []  # the prompts of the requests served, in arrival order
     server.profiles, server.finished, server.dropped = [], 0, 0
+    server.flushes, server.streaming = [], 0  # each /flush_cache: whether it flushed
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -116,6 +132,48 @@ def test_client_streams_and_measures():
     assert all(len(r.chunks) == 5 for r in records)
     assert 5 < s["median_ttft_ms"] < 500 and s["median_tpot_ms"] > 5
     assert duration >= 2 * 0.05  # closed loop: two waves of three
+    assert all(r.output_ids == [(6 + j) % 1000 for j in range(1, 6)] for r in records)
+
+
+def test_digests_read_incremental_and_cumulative_streams_alike():
+    digests = {}
+    for cumulative in (False, True):
+        server = _streaming_server(cumulative=cumulative)
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        try:
+            bodies = [client.request([k, 2], 4, seed=0) for k in (1, 1, 5)]
+            records, _ = asyncio.run(client.run(url, bodies, concurrency=3))
+        finally:
+            server.shutdown()
+        digests[cumulative] = [client.digest(r) for r in records]
+    assert digests[False] == digests[True]
+    same_prompt, other = digests[False][:2], digests[False][2]
+    assert same_prompt[0] == same_prompt[1] != other
+    assert client.digest(client.Record(start=0.0, end=1.0, error="HTTPError")) is None
+
+
+def test_flush_cache_waits_for_the_server_to_go_idle():
+    server = _streaming_server()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+
+    async def flush_while_one_streams():
+        running = asyncio.create_task(client.run(url, [client.request([1], 60, seed=0)], 1))
+        while not server.received:
+            await asyncio.sleep(0.01)
+        await client.flush_cache(url)
+        finished = server.finished
+        await running
+        return finished
+
+    try:
+        finished_at_flush = asyncio.run(flush_while_one_streams())
+        with pytest.raises(RuntimeError, match="flush_cache: 400"):
+            server.streaming += 1  # a request that never ends
+            asyncio.run(client.flush_cache(url, timeout=0.5))
+    finally:
+        server.shutdown()
+    assert server.flushes[0] is False and server.flushes[-1] is False and True in server.flushes
+    assert finished_at_flush == 1
 
 
 def test_schedule_rotates_arms_and_resume_skips_whole_repetitions_only(tmp_path):
@@ -277,6 +335,21 @@ def test_report_tables_decode_tiers_and_checks_their_targets(tmp_path):
     assert "| CoRun >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | **no** |" in text
 
 
+def test_report_counts_the_requests_every_repetition_reproduced():
+    def row(arm, rep, digests, seed=7, study="s"):
+        return {**_row(arm, rep, "sharegpt", 100.0), "study": study, "prompt_seed": seed, "output_digests": digests}
+
+    rows = [row("STD", 0, ["a", "b", "c"]), row("STD", 1, ["a", "x", "c"]), row("STD", 2, ["a", "b", None]),
+            row("CoRun", 0, ["a", "b", "c"]), row("CoRun", 1, ["a", "b", "c"]),
+            row("BI", 0, ["a", "b", "c"]),  # one repetition: nothing to compare
+            row("BI", 1, ["a", "b", "c"], seed=8),  # other prompts
+            {**_row("CoRun", 2, "sharegpt", 100.0), "study": "s"}]  # written before digests
+    table = report.repeats_table({"s": (rows, report.cells(rows))})
+    assert table[2:] == ["| s | qwen3-8b | sharegpt | 256 | STD | 3 | 1 of 3 |",
+                         "| s | qwen3-8b | sharegpt | 256 | CoRun | 2 | 3 of 3 |"]
+    assert report.repeats_table({"s": (rows[-1:], {})}) == []
+
+
 def test_report_covers_the_matrix_cell_by_cell():
     rows = [_row(arm, rep, "sharegpt", 1000) for arm in report.ARMS for rep in range(3)]
     rows += [_row(arm, 0, "fixed-1024-128", 1000) for arm in report.ARMS] + [_row("STD", 1, "fixed-1024-128", 900)]
@@ -380,6 +453,11 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     for server, runs in zip(_StandIn.instances, measured):
         assert sorted(server.httpd.received[:2]) == sorted(warm) and len(server.httpd.received) == 2 + 2 * runs
         assert not any(p in warm for p in server.httpd.received[2:])
+        assert server.httpd.flushes == [True] * runs  # each measured run from an empty prefix cache
+    # every repetition and arm sends the same prompts, and the rows keep each request's output digest
+    sent = {tuple(p) for server in _StandIn.instances for p in server.httpd.received[2:]}
+    assert len(sent) == 2 and len({r["prompt_seed"] for r in rows}) == 1
+    assert len({tuple(r["output_digests"]) for r in rows}) == 1 and None not in rows[0]["output_digests"]
     assert run.main(argv) == 0 and len(out.read_text().splitlines()) == 4  # resumed: nothing left to do
     assert all("gpu_uuid" in r and r["decode_wave"] == 2 for r in rows)
     # a repetition cut short (its last arm's row missing) is run again whole; the report keeps the new rows
