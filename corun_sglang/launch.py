@@ -62,6 +62,21 @@ def free_gpu_gb() -> float:
     return min(free or [float(mib) for _, mib in rows]) / 1024  # UUIDs in CUDA_VISIBLE_DEVICES: all GPUs
 
 
+def settled_free_gpu_gb(need_gb: float, timeout: float = 180, poll: float = 2.0) -> float:
+    """``free_gpu_gb()`` once it reaches ``need_gb`` and holds still between two reads (a server just
+    stopped frees its memory some seconds after its processes exit), or its last read after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = free_gpu_gb()
+    while time.monotonic() < deadline:
+        time.sleep(poll)
+        now = free_gpu_gb()
+        if now >= need_gb and abs(now - last) < 0.5:
+            return now
+        last = now
+    return last
+
+
 def static_fraction(static_gb: float, free_gb: float) -> float:
     """``--mem-fraction-static`` that gives ``static_gb`` when ``free_gb`` is free at start."""
     if static_gb >= 0.95 * free_gb:
@@ -80,7 +95,8 @@ class Server:
         from corun_sglang.synthetic import SEED_ENV
 
         if static_gb is not None and "--mem-fraction-static" not in args:
-            args = [*args, "--mem-fraction-static", str(static_fraction(static_gb, free_gpu_gb()))]
+            free = settled_free_gpu_gb(static_gb / 0.95)
+            args = [*args, "--mem-fraction-static", str(static_fraction(static_gb, free))]
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, **(env or {})}  # the server's processes inherit it

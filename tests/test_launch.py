@@ -42,3 +42,14 @@ def test_static_memory_is_asked_for_as_a_size():
     assert static_fraction(30, 60) == 0.5
     with pytest.raises(RuntimeError, match="40 GiB"):
         static_fraction(40, 41)
+
+
+def test_the_static_size_waits_for_a_stopped_servers_memory(monkeypatch):
+    from corun_sglang import launch
+
+    reads = iter([16.2, 70.0, 139.0, 139.1, 139.1])
+    monkeypatch.setattr(launch, "free_gpu_gb", lambda: next(reads))
+    # 16.2 GiB free just after the last server stopped; the read counts once it is enough and still
+    assert launch.settled_free_gpu_gb(126.0, timeout=5, poll=0) == 139.1
+    monkeypatch.setattr(launch, "free_gpu_gb", lambda: 16.2)
+    assert launch.settled_free_gpu_gb(126.0, timeout=0.05, poll=0.01) == 16.2  # never freed: the last read
