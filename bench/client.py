@@ -107,19 +107,19 @@ def decode_phase_window(records: list[Record], wave: int) -> tuple[float, int] |
 
 
 def decode_step_throughput(records: list[Record], wave: int) -> float | None:
-    """``wave`` over the median time per token between two chunks of a wave request, both inside the
-    decode-phase window: the output tokens/s of full decode steps, whatever the window's length.
-    None if the window holds no such pair."""
+    """``wave`` over the median, across the wave's requests, of each one's time per token inside the
+    decode-phase window (from its first chunk there to its last): the output tokens/s of full decode
+    steps, whatever the window's length. A client that reads its streams in bursts moves only the two
+    ends of each span, not every gap. None if no request has two chunks in the window."""
     window = _wave_window(records, wave)
     if window is None:
         return None
     t0, t1 = window
-    per_token = [
-        (t - prev_t) / (n - prev_n)
-        for r in first_wave(records, wave)
-        for (prev_t, prev_n), (t, n) in zip(zip(r.chunks, r.chunk_tokens), zip(r.chunks[1:], r.chunk_tokens[1:]))
-        if t0 <= prev_t and t <= t1 and n > prev_n
-    ]
+    per_token = []
+    for r in first_wave(records, wave):
+        inside = [(t, n) for t, n in zip(r.chunks, r.chunk_tokens) if t0 <= t <= t1]
+        if len(inside) >= 2 and inside[-1][1] > inside[0][1]:
+            per_token.append((inside[-1][0] - inside[0][0]) / (inside[-1][1] - inside[0][1]))
     return wave / statistics.median(per_token) if per_token else None
 
 
@@ -184,7 +184,10 @@ async def _one(client: httpx.AsyncClient, url: str, body: dict) -> Record:
                 tokens = chunk["meta_info"]["completion_tokens"]
                 ids = chunk.get("output_ids") or []
                 # incremental streams send each chunk's new ids, cumulative ones all ids so far
-                rec.output_ids = list(ids) if len(ids) == tokens else rec.output_ids + list(ids)
+                if len(ids) == tokens:
+                    rec.output_ids = list(ids)
+                else:
+                    rec.output_ids.extend(ids)
                 if tokens > rec.output_tokens:
                     now = time.perf_counter()
                     rec.first = rec.first or now

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -63,16 +64,30 @@ def load(path: Path) -> list[dict]:
     """The latest row of each repetition of each arm in a runs file, each with ``decode_phase``
     (tokens/s) and ``decode_measure`` set.
 
-    ``decode_phase`` is ``decode_step_throughput`` where a row has it ("steps": full decode steps,
-    from the wave's chunk intervals) and ``decode_phase_throughput`` for rows written before it
-    ("window": tokens over the window, which reads low when the window is a few steps long).
+    ``decode_phase`` is, in order of preference: the server's logged decode throughput while the
+    whole first wave decodes ("log", ``serverlog.full_wave_throughput``: two or more samples of 40
+    steps each inside the decode phase, ``decode_phase_s``; on a workload of identical requests,
+    which all end together, every sample before the wave shrinks, where a row has no such window); else ``decode_step_throughput`` ("steps": full decode steps, from the wave's chunk
+    intervals); else ``decode_phase_throughput`` for rows written before it ("window": tokens over the
+    window, which reads low when the window is a few steps long). The client's measures read the
+    chunks as the client got them: where it reads many streams slower than they come, its timings
+    bunch up, and only the log's measure still holds.
     """
     rows = latest(read_jsonl(path),
                   lambda r: (r.get("study", ""), r["shape"], r["workload"], r["concurrency"], r["arm"], r["rep"]))
     for r in rows:
+        samples = r.get("decode_steps") or []
+        wave = r.get("decode_wave") or min(r["concurrency"], max((int(n) for n, _ in samples), default=r["concurrency"]))
+        phase = r.get("decode_phase_s")
+        if phase is None and workloads.identical(r["workload"]):
+            phase = math.inf  # rows without the client's window: identical requests all end at once
+        logged = serverlog.full_wave_throughput(samples, wave, phase)
         steps = "decode_step_throughput" in r
-        r["decode_phase"] = r["decode_step_throughput"] if steps else r.get("decode_phase_throughput")
-        r["decode_measure"] = "steps" if steps else "window"
+        if logged is not None:
+            r["decode_phase"], r["decode_measure"] = logged, "log"
+        else:
+            r["decode_phase"] = r["decode_step_throughput"] if steps else r.get("decode_phase_throughput")
+            r["decode_measure"] = "steps" if steps else "window"
     return rows
 
 
@@ -458,10 +473,13 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
     if decode:
         arms = (*ARMS, TIERS_ARM)
         lines += ["## Decode phase (output tok/s while the first wave decodes; medians, min-max)", "",
-                  "Measure: \"steps\" is the wave's size over the median time per token between two chunks "
-                  "inside the window (full decode steps); \"window\" (rows written before it) is the tokens "
-                  "that arrived in the window over its length, which reads low when the window spans a few "
-                  "steps (a first wave holding a request of a few output tokens).", "",
+                  "Measure: \"log\" is the server's own decode throughput (its log's samples, one per 40 "
+                  "steps) while the whole first wave runs, where two or more samples fall in that phase; "
+                  "else \"steps\", the wave's size over the client's median time per token between two "
+                  "chunks inside the window (full decode steps); \"window\" (rows written before it) is "
+                  "the tokens that arrived in the window over its length, which reads low when the window "
+                  "spans a few steps (a first wave holding a request of a few output tokens). The client's "
+                  "measures hold only while the client reads its streams as fast as they come.", "",
                   "| study | shape | workload | concurrency | measure | " + " | ".join(arms)
                   + f" | CoRun/STD | CoRun/BI | {TIERS_ARM}/STD |",
                   "| --- | --- | --- | ---: | --- | " + " | ".join("---:" for _ in arms) + " | ---: | ---: | ---: |"]

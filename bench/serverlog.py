@@ -63,6 +63,34 @@ def kv_at_profiles(text: str) -> dict[str, int | None]:
     return out
 
 
+#: A decode sample counts as the whole first wave's when at least this share of the wave ran in it
+#: (one of its requests may finish a step or two before the others).
+FULL_WAVE = 0.98
+
+
+def full_wave_throughput(steps: list[list[float]], wave: int, seconds: float | None, least: int = 2) -> float | None:
+    """The server's own decode throughput while the first wave decodes, for a decode phase of
+    ``seconds`` (``client.decode_phase_window``): the median tokens/s of the first samples with at
+    least ``FULL_WAVE`` of ``wave`` running, as many as fit in the phase (each spans
+    ``STEPS_PER_SAMPLE`` steps of ``running / tokens/s`` seconds), given ``least`` of them; else None.
+    Within the phase no request of the wave ends; the median keeps out a sample that something else
+    slowed (a pause, a prefill let in beside a wave the KV pool capped). Unlike the client's chunk
+    timings, the measure does not depend on how fast the client reads its streams."""
+    if seconds is None or seconds <= 0:
+        return None
+    kept, span = [], 0.0
+    for running, tps in steps:
+        if running < FULL_WAVE * wave:
+            if kept:
+                break
+            continue
+        span += STEPS_PER_SAMPLE * running / tps
+        if span > seconds:
+            break
+        kept.append(tps)
+    return statistics.median(kept) if len(kept) >= least else None
+
+
 def step_ms(steps: list[list[float]], lo: int, hi: int) -> float | None:
     """Median wall time of one decode step over the samples with ``lo <= running <= hi``."""
     ms = [1e3 * r / g for r, g in steps if lo <= r <= hi]

@@ -21,9 +21,14 @@ FIXED = [f"fixed-{i}-{o}" for i in (1024, 4096) for o in (128, 2048)]
 ALL = list(TRACES) + FIXED
 
 
+def identical(name: str) -> bool:
+    """Whether every request of workload ``name`` has the same lengths (a ``fixed-I-O`` workload)."""
+    return name.startswith("fixed-")
+
+
 def lengths(name: str, count: int = 300) -> list[tuple[int, int]]:
     """The first ``count`` (input, output) pairs of workload ``name``."""
-    if name.startswith("fixed-"):
+    if identical(name):
         _, i, o = name.split("-")
         return [(int(i), int(o))] * count
     with open(FOLDER / TRACES[name]) as f:

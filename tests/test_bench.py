@@ -593,6 +593,35 @@ def test_decode_step_throughput_reads_full_steps_where_a_short_window_reads_low(
     assert client.summarize([a, b], 4.0, wave=2)["decode_step_throughput"] == pytest.approx(2.0)
 
 
+def test_decode_step_throughput_holds_when_the_client_reads_in_bursts():
+    # the server makes a token every 1/3 s; the client reads each request's chunks three at a time,
+    # once a second, so nearly every gap between two chunks is 0.1 ms
+    def bursty(offset):
+        chunks = [(1.0 + k + 1e-4 * j + offset, 3 * k + j + 1) for k in range(30) for j in range(3)]
+        return _rec(0.0, chunks, chunks[-1][0])
+
+    wave = [bursty(0.0), bursty(0.01)]
+    assert client.decode_step_throughput(wave, wave=2) == pytest.approx(2 * 3.0, rel=0.05)
+
+
+def test_the_report_prefers_the_servers_own_decode_throughput_over_the_clients(tmp_path):
+    # samples of 40 steps: the ramp, three of the whole wave (255 of 256 still counts; 40 steps of
+    # 256 at 10240 tok/s take 1 s), then the wave's remainder
+    steps = [[100, 5000.0], [256, 10240.0], [256, 10240.0], [255, 7000.0], [44, 2000.0]]
+    rows = [{**_row("STD", 0, "fixed-64-448", 1000), "decode_wave": 256, "decode_steps": steps,
+             "decode_phase_s": 10.0, "decode_step_throughput": 4e6},  # a client that fell behind its streams
+            {**_row("CoRun", 0, "fixed-64-448", 1000), "decode_wave": 256, "decode_steps": steps[3:],
+             "decode_phase_s": 10.0, "decode_step_throughput": 7500.0},  # one sample of the whole wave: too few
+            {**_row("STD", 0, "sharegpt", 1000), "decode_wave": 256, "decode_steps": steps * 3,
+             "decode_phase_s": 1.5, "decode_step_throughput": 9000.0},  # a phase one sample long
+            {**_row("BI", 0, "fixed-64-448", 1000), "decode_phase_throughput": 6000.0}]
+    out = tmp_path / "runs.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = {(r["arm"], r["workload"]): (r["decode_phase"], r["decode_measure"]) for r in report.load(out)}
+    assert got == {("STD", "fixed-64-448"): (10240.0, "log"), ("CoRun", "fixed-64-448"): (7500.0, "steps"),
+                   ("STD", "sharegpt"): (9000.0, "steps"), ("BI", "fixed-64-448"): (6000.0, "window")}
+
+
 def test_timeline_puts_prompt_tokens_at_the_first_token_and_output_where_it_arrives():
     a = _rec(0.0, [(0.5, 1), (1.2, 2), (1.7, 4)], 1.7)
     b = _rec(0.2, [(1.1, 1), (2.3, 2)], 2.3)
