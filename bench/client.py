@@ -16,6 +16,11 @@ last first token of that wave to its first completion, so no prefill runs in
 the window) and a timeline of prefill and decode throughput (prompt tokens of
 the requests whose first token arrived in each bin; output tokens after the
 first, per bin).
+
+The client is ``aiohttp``, as in ``bench_serving``: at 256 streams it spends
+about half the CPU per streamed chunk that ``httpx`` does, and a client that
+falls behind its streams bunches its chunk timings (``run.py`` records the
+share of the run the client spent on the CPU, ``client_cpu_share``).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import json
 import statistics
 import time
 
-import httpx
+import aiohttp
 
 
 @dataclasses.dataclass
@@ -169,16 +174,17 @@ def summarize(records: list[Record], duration: float, wave: int | None = None) -
     }
 
 
-async def _one(client: httpx.AsyncClient, url: str, body: dict) -> Record:
+async def _one(session: aiohttp.ClientSession, url: str, body: dict) -> Record:
     rec = Record(start=time.perf_counter())
     try:
-        async with client.stream("POST", url + "/generate", json=body) as reply:
+        async with session.post(url + "/generate", json=body) as reply:
             reply.raise_for_status()
-            async for line in reply.aiter_lines():
-                if not line.startswith("data:"):
+            async for raw in reply.content:  # one line at a time
+                line = raw.strip()
+                if not line.startswith(b"data:"):
                     continue
                 data = line[5:].strip()
-                if data == "[DONE]":
+                if data == b"[DONE]":
                     break
                 chunk = json.loads(data)
                 tokens = chunk["meta_info"]["completion_tokens"]
@@ -195,7 +201,7 @@ async def _one(client: httpx.AsyncClient, url: str, body: dict) -> Record:
                     rec.chunk_tokens.append(tokens)
                     rec.output_tokens = tokens
         rec.end = time.perf_counter()
-    except (httpx.HTTPError, KeyError, json.JSONDecodeError) as exc:
+    except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, json.JSONDecodeError) as exc:
         rec.error = f"{type(exc).__name__}: {exc}"
     return rec
 
@@ -204,13 +210,14 @@ async def flush_cache(url: str, timeout: float = 60) -> None:
     """Empty the server's prefix cache (``POST /flush_cache``; SGLang refuses while requests run, so
     this retries until it is idle or ``timeout`` seconds pass, then raises)."""
     deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(timeout=timeout) as client:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
         while True:
-            reply = await client.post(url + "/flush_cache")
-            if reply.status_code == 200:
-                return
+            async with session.post(url + "/flush_cache") as reply:
+                if reply.status == 200:
+                    return
+                text = (await reply.text()).strip()
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{url}/flush_cache: {reply.status_code} {reply.text.strip()}")
+                raise RuntimeError(f"{url}/flush_cache: {reply.status} {text}")
             await asyncio.sleep(0.5)
 
 
@@ -225,12 +232,12 @@ def request(prompt: list[int], output_len: int, seed: int, temperature: float = 
 async def run(url: str, bodies: list[dict], concurrency: int, timeout: float = 3600) -> tuple[list[Record], float]:
     """Send ``bodies`` keeping at most ``concurrency`` in flight (closed loop); records in order."""
     gate = asyncio.Semaphore(concurrency)
-    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+    connector = aiohttp.TCPConnector(limit=concurrency + 8)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout)) as session:
 
         async def bounded(body):
             async with gate:
-                return await _one(client, url, body)
+                return await _one(session, url, body)
 
         start = time.perf_counter()
         records = await asyncio.gather(*(bounded(b) for b in bodies))

@@ -245,7 +245,9 @@ def main(argv=None) -> int:
                 warmed.append(server)
             asyncio.run(client.flush_cache(server.url))
             log_start = server.log.stat().st_size
+            cpu = time.process_time()
             records, duration = asyncio.run(client.run(server.url, bodies, c))
+            cpu = time.process_time() - cpu
             with open(server.log, errors="replace") as log:
                 log.seek(log_start)
                 steps = serverlog.decode_steps(log.read())
@@ -255,7 +257,7 @@ def main(argv=None) -> int:
                 "requests": len(bodies), "prompt_seed": prompt_seed(w), "time": time.time(), "host": socket.gethostname(),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_uuid": gpu,
                 "server_command": server.command, **({"server_env": env[arm]} if env[arm] else {}),
-                "decode_wave": wave,
+                "decode_wave": wave, "client_cpu_share": cpu / duration,
                 **client.summarize(records, duration, wave=wave),
                 "timeline": client.timeline(records, [len(b["input_ids"]) for b in bodies]),
                 "decode_steps": steps,

@@ -459,7 +459,7 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     assert len(sent) == 2 and len({r["prompt_seed"] for r in rows}) == 1
     assert len({tuple(r["output_digests"]) for r in rows}) == 1 and None not in rows[0]["output_digests"]
     assert run.main(argv) == 0 and len(out.read_text().splitlines()) == 4  # resumed: nothing left to do
-    assert all("gpu_uuid" in r and r["decode_wave"] == 2 for r in rows)
+    assert all("gpu_uuid" in r and r["decode_wave"] == 2 and 0 < r["client_cpu_share"] for r in rows)
     # a repetition cut short (its last arm's row missing) is run again whole; the report keeps the new rows
     lines = out.read_text().splitlines()
     out.write_text("\n".join(lines[:-1]) + "\n")
