@@ -201,7 +201,7 @@ async def _one(session: aiohttp.ClientSession, url: str, body: dict) -> Record:
                     rec.chunk_tokens.append(tokens)
                     rec.output_tokens = tokens
         rec.end = time.perf_counter()
-    except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, json.JSONDecodeError) as exc:
+    except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError) as exc:  # ValueError: bad JSON, an overlong line
         rec.error = f"{type(exc).__name__}: {exc}"
     return rec
 

@@ -64,14 +64,16 @@ def load(path: Path) -> list[dict]:
     """The latest row of each repetition of each arm in a runs file, each with ``decode_phase``
     (tokens/s) and ``decode_measure`` set.
 
-    ``decode_phase`` is, in order of preference: the server's logged decode throughput while the
-    whole first wave decodes ("log", ``serverlog.full_wave_throughput``: two or more samples of 40
-    steps each inside the decode phase, ``decode_phase_s``; on a workload of identical requests,
-    which all end together, every sample before the wave shrinks, where a row has no such window); else ``decode_step_throughput`` ("steps": full decode steps, from the wave's chunk
-    intervals); else ``decode_phase_throughput`` for rows written before it ("window": tokens over the
-    window, which reads low when the window is a few steps long). The client's measures read the
-    chunks as the client got them: where it reads many streams slower than they come, its timings
-    bunch up, and only the log's measure still holds.
+    ``decode_phase`` is, in order of preference:
+    - "log": the server's logged decode throughput while the whole first wave decodes
+      (``serverlog.full_wave_throughput``: two or more samples of 40 steps each inside the decode
+      phase, ``decode_phase_s``; for a row without that window on a workload of identical requests,
+      which all end together, every sample before the wave shrinks);
+    - "steps": ``decode_step_throughput`` (full decode steps, from the wave's chunks);
+    - "window": ``decode_phase_throughput``, for rows written before it (tokens over the window,
+      which reads low when the window is a few steps long).
+    The client's measures read the chunks as the client got them: where it reads many streams
+    slower than they come, its timings bunch up, and only the log's measure still holds.
     """
     rows = latest(read_jsonl(path),
                   lambda r: (r.get("study", ""), r["shape"], r["workload"], r["concurrency"], r["arm"], r["rep"]))
@@ -475,8 +477,9 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
         lines += ["## Decode phase (output tok/s while the first wave decodes; medians, min-max)", "",
                   "Measure: \"log\" is the server's own decode throughput (its log's samples, one per 40 "
                   "steps) while the whole first wave runs, where two or more samples fall in that phase; "
-                  "else \"steps\", the wave's size over the client's median time per token between two "
-                  "chunks inside the window (full decode steps); \"window\" (rows written before it) is "
+                  "else \"steps\", the wave's size over the median of its requests' time per token "
+                  "inside the window, from the client's chunks (full decode steps); \"window\" (rows "
+                  "written before it) is "
                   "the tokens that arrived in the window over its length, which reads low when the window "
                   "spans a few steps (a first wave holding a request of a few output tokens). The client's "
                   "measures hold only while the client reads its streams as fast as they come.", "",
