@@ -9,7 +9,7 @@ with ``--max-total-tokens``, the same KV pool; every repetition visits the
 arms in a rotated order, so drift on the host hits all arms alike. A model
 too large for side by side takes ``--one-at-a-time``: each arm's server is
 started when its turn comes and stopped before the next arm's starts. A
-repetition already in ``--out`` with a row for every arm (same study, shape,
+repetition already in ``--out`` (or a ``--done`` file) with a row for every arm (same study, shape,
 workload, concurrency) is skipped: a slice cut short resumes where it stopped;
 a repetition cut short is run again whole, so the arms it pairs always ran
 back to back on one GPU (``bench/report.py`` keeps the latest rows). Each row
@@ -181,6 +181,9 @@ def main(argv=None) -> int:
     parser.add_argument("--arm-env", action="append", default=[], metavar="ARM=NAME=VALUE",
                         help="an environment variable for one arm's server (repeatable), e.g. "
                              "CoRun-tiers=TORCH_BLAS_PREFER_CUBLASLT=1")
+    parser.add_argument("--done", action="append", default=[], metavar="RUNS",
+                        help="another results file (repeatable), e.g. the committed runs.jsonl: the whole "
+                             "repetitions it holds are not run again; new rows still go to --out")
     parser.add_argument("--tp-size", type=int, default=1,
                         help="tensor-parallel size; rows of TP > 1 are labelled SHAPE-tpN")
     args = parser.parse_args(argv)
@@ -194,7 +197,7 @@ def main(argv=None) -> int:
     env = arm_env(args.arm_env, arms)
     names = args.workloads.split(",")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    done = done_reps(out, arms)
+    done = set().union(*(done_reps(Path(p), arms) for p in [out, *args.done]))
     todo = [
         (w, c, rep, arm)
         for w in names for c in concurrencies for rep, arm in schedule(arms, args.reps)

@@ -31,6 +31,7 @@
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
 #   sampler         the sampler microbenchmark: plain, top-p 0.9 with top-k 50, and top-p 0.9 alone
 # SLICE=W1,W2 runs only those workloads of a run.py slice (to split one slice over two GPUs).
+# DONE=RUNS (e.g. docs/results/bench/runs.jsonl): the whole repetitions that file holds are not run again.
 # With two GPUs, run two invocations at once, each with its own CUDA_VISIBLE_DEVICES and RESULTS.
 # Every slice runs all its arms interleaved on one GPU and tags its rows with its name (run.py
 # --study): the report compares arms only within one study.
@@ -40,7 +41,7 @@ cd "$(dirname "$0")/.."
 results="$(realpath -m "$1")"; shift
 mkdir -p "$results/logs"
 lt_candidates=32,40,48,56,64,72,88,104,128,160,224  # dense-*-lt: one record for both, in RESULTS/logs
-base=(python3 bench/run.py --out "$results/runs.jsonl" --logs "$results/logs")
+base=(python3 bench/run.py --out "$results/runs.jsonl" --logs "$results/logs" ${DONE:+--done "$DONE"})
 status=0
 for spec in "$@"; do
     slice="${spec%%=*}"

@@ -473,6 +473,12 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     assert {r["study"] for r in rows} == {"s1"}
     # the same runs in another study are not done yet
     assert run.main(["s2" if a == "s1" else a for a in argv]) == 0 and len(out.read_text().splitlines()) == 8
+    # repetitions whole in a --done file are not run again; new rows go to --out alone
+    other = tmp_path / "elsewhere.jsonl"
+    assert run.main(["s3" if a == "s1" else str(other) if a == str(out) else a for a in argv] + ["--done", str(out)]) == 0
+    assert len(other.read_text().splitlines()) == 4 and len(out.read_text().splitlines()) == 8
+    assert run.main(["s2" if a == "s1" else str(other) if a == str(out) else a for a in argv] + ["--done", str(out)]) == 0
+    assert len(other.read_text().splitlines()) == 4  # s2 was whole in --done: nothing ran
 
 
 @pytest.fixture
@@ -692,6 +698,10 @@ def test_slices_script_runs_only_the_named_workloads_of_a_split_slice(tmp_path):
     assert runs[0].endswith("--workloads sharegpt")
     assert all("--study dense-core " in line for line in runs)
     assert runs[1].endswith("--workloads sharegpt,azure-conv,fixed-1024-128,fixed-64-448")
+    assert all("--done" not in line for line in runs)
+    env["DONE"] = str(tmp_path / "committed.jsonl")
+    done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "moe-core"], capture_output=True, text=True, env=env)
+    assert f"--done {tmp_path / 'committed.jsonl'}" in done.stdout
 
 
 def test_gemm_tiers_keeps_the_sizes_whose_rows_match_the_full_batch(tmp_path):
