@@ -530,7 +530,10 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
     lines += tiers_table(groups)
     repeats = repeats_table(groups)
     if repeats:
-        lines += ["## Same outputs across repetitions (prompts and seeds alike, batches not)", "", *repeats, ""]
+        lines += ["## Same outputs across repetitions (prompts and seeds alike, batches not)", "",
+                  "STD's sampler draws from one generator for the whole batch: SGLang honours a request's "
+                  "`sampling_seed` only under `--enable-deterministic-inference` (BI); CoRun draws from the "
+                  "request's own seed and step.", "", *repeats, ""]
     lines.append("Throughput cells: median (min-max) over repetitions.")
     return "\n".join(lines) + "\n"
 
