@@ -79,7 +79,7 @@ def load(path: Path) -> list[dict]:
                   lambda r: (r.get("study", ""), r["shape"], r["workload"], r["concurrency"], r["arm"], r["rep"]))
     for r in rows:
         samples = r.get("decode_steps") or []
-        wave = r.get("decode_wave") or min(r["concurrency"], max((int(n) for n, _ in samples), default=r["concurrency"]))
+        wave = r.get("decode_wave") or serverlog.decode_wave(r["concurrency"], samples)
         phase = r.get("decode_phase_s")
         if phase is None and workloads.identical(r["workload"]):
             phase = math.inf  # rows without the client's window: identical requests all end at once

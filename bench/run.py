@@ -80,14 +80,6 @@ def done_reps(out: Path, arms: list[str]) -> set[tuple]:
     return {key for key, got in have.items() if set(arms) <= got}
 
 
-def decode_wave(concurrency: int, steps: list[list[float]]) -> int:
-    """The first wave of a run: its concurrency, or fewer where the server never ran that many at
-    once (its log's decode samples ``[running, tokens/s]``; a KV pool too small for the wave, or a
-    server that keeps a slot back). The requests past it wait for room, so they do not shorten the
-    wave's decode phase (``client.decode_phase_window``)."""
-    return min(concurrency, max((int(r) for r, _ in steps), default=concurrency))
-
-
 #: The warm-up's prompt seed.
 WARMUP_SEED = 999_999_937
 
@@ -254,7 +246,7 @@ def main(argv=None) -> int:
             with open(server.log, errors="replace") as log:
                 log.seek(log_start)
                 steps = serverlog.decode_steps(log.read())
-            wave = decode_wave(c, steps)
+            wave = serverlog.decode_wave(c, steps)
             row = {
                 "study": args.study, "shape": label, "tp": args.tp_size, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
                 "requests": len(bodies), "prompt_seed": prompt_seed(w), "time": time.time(), "host": socket.gethostname(),

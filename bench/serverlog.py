@@ -63,6 +63,14 @@ def kv_at_profiles(text: str) -> dict[str, int | None]:
     return out
 
 
+def decode_wave(concurrency: int, steps: list[list[float]]) -> int:
+    """The first wave of a run: its concurrency, or fewer where the server never ran that many at
+    once (its log's decode samples ``[running, tokens/s]``; a KV pool too small for the wave, or a
+    server that keeps a slot back). The requests past it wait for room, so they do not shorten the
+    wave's decode phase (``client.decode_phase_window``)."""
+    return min(concurrency, max((int(r) for r, _ in steps), default=concurrency))
+
+
 #: A decode sample counts as the whole first wave's when at least this share of the wave ran in it
 #: (one of its requests may finish a step or two before the others).
 FULL_WAVE = 0.98

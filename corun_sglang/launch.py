@@ -62,6 +62,10 @@ def free_gpu_gb() -> float:
     return min(free or [float(mib) for _, mib in rows]) / 1024  # UUIDs in CUDA_VISIBLE_DEVICES: all GPUs
 
 
+#: The most of the free GPU memory a server's static size may take (the rest: activations, graphs).
+STATIC_SHARE = 0.95
+
+
 def settled_free_gpu_gb(need_gb: float, timeout: float = 180, poll: float = 2.0) -> float:
     """``free_gpu_gb()`` once it reaches ``need_gb`` and holds still between two reads (a server just
     stopped frees its memory some seconds after its processes exit), or its last read after
@@ -79,7 +83,7 @@ def settled_free_gpu_gb(need_gb: float, timeout: float = 180, poll: float = 2.0)
 
 def static_fraction(static_gb: float, free_gb: float) -> float:
     """``--mem-fraction-static`` that gives ``static_gb`` when ``free_gb`` is free at start."""
-    if static_gb >= 0.95 * free_gb:
+    if static_gb >= STATIC_SHARE * free_gb:
         raise RuntimeError(f"{static_gb} GiB of static memory asked for, {free_gb:.1f} GiB free")
     return round(static_gb / free_gb, 4)
 
@@ -95,7 +99,7 @@ class Server:
         from corun_sglang.synthetic import SEED_ENV
 
         if static_gb is not None and "--mem-fraction-static" not in args:
-            free = settled_free_gpu_gb(static_gb / 0.95)
+            free = settled_free_gpu_gb(static_gb / STATIC_SHARE)
             args = [*args, "--mem-fraction-static", str(static_fraction(static_gb, free))]
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"

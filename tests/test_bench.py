@@ -17,6 +17,7 @@ import client  # noqa: E402
 import common  # noqa: E402
 import report  # noqa: E402
 import run  # noqa: E402
+import serverlog  # noqa: E402
 import workloads  # noqa: E402
 
 
@@ -208,14 +209,14 @@ def test_arm_env_reaches_only_the_arm_named():
 
 def test_the_decode_wave_is_what_the_server_ran_at_once():
     # default SGLang running 255 of 256, a KV pool holding 179 long requests, a closed loop overlapping
-    assert run.decode_wave(256, [[120, 9e3], [255, 1e4]]) == 255
-    assert run.decode_wave(256, [[179, 5e3]]) == 179
-    assert run.decode_wave(16, [[18, 1e3]]) == 16 and run.decode_wave(8, []) == 8
+    assert serverlog.decode_wave(256, [[120, 9e3], [255, 1e4]]) == 255
+    assert serverlog.decode_wave(256, [[179, 5e3]]) == 179
+    assert serverlog.decode_wave(16, [[18, 1e3]]) == 16 and serverlog.decode_wave(8, []) == 8
     # with 2 of 3 running, the third waits for room: the two decode alone until the first ends
     a, b = _rec(0.0, [(1.0, 1), (2.0, 2), (3.0, 3)], 3.0), _rec(0.0, [(1.0, 1), (2.0, 2), (3.5, 3)], 3.5)
     waiting = _rec(0.0, [(4.0, 1), (5.0, 2)], 5.0)
     assert client.decode_step_throughput([a, b, waiting], wave=3) is None
-    assert client.decode_step_throughput([a, b, waiting], wave=run.decode_wave(3, [[2, 1.0]])) == pytest.approx(2.0)
+    assert client.decode_step_throughput([a, b, waiting], wave=serverlog.decode_wave(3, [[2, 1.0]])) == pytest.approx(2.0)
 
 
 def _row(arm, rep, workload, tput, tokens=1000):
