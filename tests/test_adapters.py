@@ -291,7 +291,6 @@ def test_ablations_apply_only_their_mechanisms(make_args, ablation, splitkv_off,
     assert adapters._serving_corun() is False
 
 
-
 def _recording(real, seen, result=None):
     """An ``original`` with ``real``'s signature: it records the arguments it gets and returns ``result``."""
     import inspect
