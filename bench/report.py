@@ -9,12 +9,13 @@ aggregate throughput of an arm over a set of workloads is the total generated
 tokens over the total wall time, per repetition, then the median; it covers the
 workloads every arm has run in every repetition. Where rows carry the servers'
 decode-step samples (``bench/serverlog.py``), a table gives each arm's decode
-time and step cost by number of running requests. Where a
-run has a decode phase (``client.decode_step_throughput``), its median goes
-in a table of its own; timelines of prefill and decode throughput (first
-repetition), the concurrency sweep and the padding study (``--padding``,
+time and step cost by number of running requests. Where a run has a decode
+phase (``client.decode_step_throughput``) of at least ``MIN_PHASE_STEPS``
+steps, its median goes in a table of its own; timelines of prefill and decode
+throughput (first repetition), the concurrency sweep and the padding study (``--padding``,
 from ``bench/padding.py``) are plotted. Where repetitions kept output digests,
-a table counts the requests each arm reproduced token for token.
+a table counts the requests each arm reproduced token for token, in all
+repetitions and in those one GPU ran.
 
     python bench/report.py docs/results/bench/runs.jsonl --out docs/results/benchmarks.md \
         --plots docs/results/bench [--notes notes.md] [--padding docs/results/bench/padding.jsonl] \
@@ -45,6 +46,10 @@ ABLATION_ARMS = ("SplitKV-off", "SplitKV-off+IsoPrefill")
 TIERS_ARM = "CoRun-tiers"
 #: Every arm, in the order tables and plots show them.
 ORDER = ("STD", "BI", *ABLATION_ARMS, "CoRun", TIERS_ARM)
+#: The fewest decode steps a client-measured decode phase must span to be measured: one interval of the
+#: server's decode log. A shorter one (a trace whose first wave holds a request of a few output tokens)
+#: is a handful of steps, whose timings the client's reads and the step a prefill lands in decide.
+MIN_PHASE_STEPS = 40
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -72,6 +77,8 @@ def load(path: Path) -> list[dict]:
     - "steps": ``decode_step_throughput`` (full decode steps, from the wave's chunks);
     - "window": ``decode_phase_throughput``, for rows written before it (tokens over the window,
       which reads low when the window is a few steps long).
+    A client-measured phase shorter than ``MIN_PHASE_STEPS`` decode steps is no phase: such a row
+    gets ``decode_phase`` None, ``decode_measure`` "short" and its length in ``decode_phase_steps``.
     The client's measures read the chunks as the client got them: where it reads many streams
     slower than they come, its timings bunch up, and only the log's measure still holds.
     """
@@ -87,10 +94,19 @@ def load(path: Path) -> list[dict]:
         steps = "decode_step_throughput" in r
         if logged is not None:
             r["decode_phase"], r["decode_measure"] = logged, "log"
+        elif (length := phase_steps(r, wave)) is not None and length < MIN_PHASE_STEPS:
+            r["decode_phase"], r["decode_measure"], r["decode_phase_steps"] = None, "short", length
         else:
             r["decode_phase"] = r["decode_step_throughput"] if steps else r.get("decode_phase_throughput")
             r["decode_measure"] = "steps" if steps else "window"
     return rows
+
+
+def phase_steps(row: dict, wave: int) -> float | None:
+    """The decode steps a row's client-measured decode phase spans: the tokens that arrived in its
+    window over the wave (one token per request a step); None for a row without that window."""
+    seconds, rate = row.get("decode_phase_s"), row.get("decode_phase_throughput")
+    return None if seconds is None or rate is None or not wave else seconds * rate / wave
 
 
 def studies(rows: list[dict]) -> dict[str, list[dict]]:
@@ -339,8 +355,11 @@ def targets_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
                 if not values:
                     continue
                 mid = statistics.median(values)
-                lines.append(f"| {name} | {study or '-'} | {key[0]} | {key[1]} | {key[2]} | {mid:.2f} "
-                             f"({min(values):.2f}-{max(values):.2f}) | {'yes' if mid >= threshold else '**no**'} |")
+                met = mid >= threshold
+                # three decimals where two would round a miss up to the target
+                digits = 3 if not met and float(f"{mid:.2f}") >= threshold else 2
+                lines.append(f"| {name} | {study or '-'} | {key[0]} | {key[1]} | {key[2]} | {mid:.{digits}f} "
+                             f"({min(values):.{digits}f}-{max(values):.{digits}f}) | {'yes' if met else '**no**'} |")
     return lines if len(lines) > 2 else []
 
 
@@ -433,8 +452,10 @@ def coverage_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
 def repeats_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
     """Markdown: per (study, shape, workload, concurrency, arm) with two or more repetitions of the same
     prompts (``prompt_seed``) that kept output digests, the requests whose output tokens were identical in
-    every one of them. The repetitions' batches differ (closed loop, arrival timing, co-runners), so an
-    arm that is deterministic under batching reproduces every request."""
+    every one of them and, where they ran on more than one GPU (``gpu_uuid``), in the repetitions of the
+    GPU that ran the most of them: hosts of one kind may round alike or not, one GPU's repetitions must agree.
+    The repetitions' batches differ (closed loop, arrival timing, co-runners), so an arm that is
+    deterministic under batching reproduces every request."""
     runs = collections.defaultdict(list)
     for study, (rows, _) in groups.items():
         for r in rows:
@@ -444,17 +465,49 @@ def repeats_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
     for (study, shape, w, c, _, arm), rs in sorted(runs.items(), key=lambda kv: (*kv[0][:5], _arm_rank(kv[0][5]))):
         if len(rs) < 2:
             continue
-        digests = list(zip(*(r["output_digests"] for r in rs)))
-        same = sum(d[0] is not None and len(set(d)) == 1 for d in digests)
-        lines.append(f"| {study or '-'} | {shape} | {w} | {c} | {arm} | {len(rs)} | {same} of {len(digests)} |")
+        gpus = collections.defaultdict(list)
+        for r in rs:
+            gpus[r.get("gpu_uuid")].append(r)
+        one = max(gpus.values(), key=len)  # the most repetitions one GPU ran
+        within = (f"{_reproduced(one)} of {len(one[0]['output_digests'])} ({len(one)})"
+                  if len(gpus) > 1 and len(one) >= 2 else "-")
+        lines.append(f"| {study or '-'} | {shape} | {w} | {c} | {arm} | {len(rs)} | {len(gpus)} | "
+                     f"{_reproduced(rs)} of {len(rs[0]['output_digests'])} | {within} |")
     if not lines:
         return []
-    return ["| study | shape | workload | concurrency | arm | repetitions | requests with identical tokens in all |",
-            "| --- | --- | --- | ---: | --- | ---: | ---: |", *lines]
+    return ["| study | shape | workload | concurrency | arm | repetitions | GPUs | requests with identical "
+            "tokens in all | in those of one GPU (repetitions) |",
+            "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: |", *lines]
+
+
+def _reproduced(rows: list[dict]) -> int:
+    """The requests whose output digests are identical, and present, in every one of ``rows``."""
+    return sum(d[0] is not None and len(set(d)) == 1 for d in zip(*(r["output_digests"] for r in rows)))
 
 
 def _arm_rank(arm: str) -> int:
     return ORDER.index(arm) if arm in ORDER else len(ORDER)
+
+
+def short_phases(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
+    """The runs with no decode phase to measure (``MIN_PHASE_STEPS``), per study, shape, workload and
+    concurrency: the steps their phases spanned."""
+    spans = collections.defaultdict(list)
+    for study, (rows, _) in groups.items():
+        for r in rows:
+            if r.get("decode_measure") == "short":
+                spans[(study, r["shape"], r["workload"], r["concurrency"])].append(r["decode_phase_steps"])
+    if not spans:
+        return []
+    lines = [f"No decode phase to measure (the whole first wave decoded together for fewer than "
+             f"{MIN_PHASE_STEPS} steps, one interval of the server's decode log; these runs stay out of the "
+             "table above and of the decode-phase target):", "",
+             "| study | shape | workload | concurrency | runs | steps in the phase, min-max |",
+             "| --- | --- | --- | ---: | ---: | --- |"]
+    for (study, shape, workload, concurrency), steps in sorted(spans.items()):
+        lines.append(f"| {study or '-'} | {shape} | {workload} | {concurrency} | {len(steps)} | "
+                     f"{min(steps):.0f}-{max(steps):.0f} |")
+    return lines + [""]
 
 
 def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], header: str,
@@ -497,6 +550,7 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
             lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | {measure} | "
                          + " | ".join(cols + rel) + " |")
         lines.append("")
+    lines += short_phases(groups)
     extra = sorted((k, name) for k, name in plots.items() if len(k) > 3)
     if extra:
         lines += ["## Over time and across concurrency", ""]

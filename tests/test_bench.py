@@ -293,6 +293,16 @@ def test_report_checks_targets_on_paired_repetitions_and_tables_the_sampler(tmp_
     assert report.paired_ratios(rows, ("qwen3-8b", "sharegpt", 256), "STD", "CoRun")[1] == pytest.approx(1100 / 700)
 
 
+def test_a_missed_target_shows_the_digits_that_tell_it_from_the_target(tmp_path):
+    rows = [{**_row(arm, rep, "fixed-64-448", 1000), "decode_phase_throughput": d}
+            for rep in range(3) for arm, d in (("STD", 2000), ("CoRun", 1798))]
+    runs, out = tmp_path / "runs.jsonl", tmp_path / "benchmarks.md"
+    runs.write_text("\n".join(json.dumps(r) for r in rows))
+    assert report.main([str(runs), "--out", str(out)]) == 0
+    assert "| decode phase: CoRun >= 0.9x STD | - | qwen3-8b | fixed-64-448 | 256 | 0.899 (0.899-0.899) | **no** |" \
+        in out.read_text()
+
+
 def test_report_tables_each_step_profile_run_on_its_own(tmp_path):
     def prof(arm, load, span, kv):
         return {"shape": "qwen3-8b", "arm": arm, "load": load, "running": load, "kv_tokens": kv,
@@ -346,9 +356,14 @@ def test_report_counts_the_requests_every_repetition_reproduced():
             row("BI", 1, ["a", "b", "c"], seed=8),  # other prompts
             {**_row("CoRun", 2, "sharegpt", 100.0), "study": "s"}]  # written before digests
     table = report.repeats_table({"s": (rows, report.cells(rows))})
-    assert table[2:] == ["| s | qwen3-8b | sharegpt | 256 | STD | 3 | 1 of 3 |",
-                         "| s | qwen3-8b | sharegpt | 256 | CoRun | 2 | 3 of 3 |"]
+    assert table[2:] == ["| s | qwen3-8b | sharegpt | 256 | STD | 3 | 1 | 1 of 3 | - |",
+                         "| s | qwen3-8b | sharegpt | 256 | CoRun | 2 | 1 | 3 of 3 | - |"]
     assert report.repeats_table({"s": (rows[-1:], {})}) == []
+    # BI on two GPUs: the two repetitions of the second differ in a request the first agrees with
+    bi = [{**row("BI", rep, digests), "gpu_uuid": gpu} for rep, (gpu, digests) in
+          enumerate([("GPU-a", ["a", "b", "c"]), ("GPU-b", ["a", "b", "c"]), ("GPU-b", ["a", "y", "c"])])]
+    assert report.repeats_table({"s": (bi, report.cells(bi))})[2:] == [
+        "| s | qwen3-8b | sharegpt | 256 | BI | 3 | 2 | 2 of 3 | 2 of 3 (2) |"]
 
 
 def test_report_covers_the_matrix_cell_by_cell():
@@ -627,6 +642,29 @@ def test_the_report_prefers_the_servers_own_decode_throughput_over_the_clients(t
     got = {(r["arm"], r["workload"]): (r["decode_phase"], r["decode_measure"]) for r in report.load(out)}
     assert got == {("STD", "fixed-64-448"): (10240.0, "log"), ("CoRun", "fixed-64-448"): (7500.0, "steps"),
                    ("STD", "sharegpt"): (9000.0, "steps"), ("BI", "fixed-64-448"): (6000.0, "window")}
+
+
+def test_a_decode_phase_of_fewer_steps_than_a_log_interval_is_not_measured(tmp_path):
+    # azure-conv's first wave decodes together for 10 steps (0.4 s at 6400 tok/s, a wave of 256);
+    # fixed-1024-128's for 100
+    rows = [{**_row(arm, 0, "azure-conv", 1000), "decode_wave": 256, "decode_steps": [],
+             "decode_phase_s": 0.4, "decode_phase_throughput": 6400.0, "decode_step_throughput": rate}
+            for arm, rate in (("STD", 9000.0), ("BI", 6000.0), ("CoRun", 3000.0))]
+    rows += [{**_row(arm, 0, "fixed-1024-128", 1000), "decode_wave": 256, "decode_steps": [],
+              "decode_phase_s": 4.0, "decode_phase_throughput": 6400.0, "decode_step_throughput": rate}
+             for arm, rate in (("STD", 9000.0), ("BI", 6000.0), ("CoRun", 8500.0))]
+    runs, out = tmp_path / "runs.jsonl", tmp_path / "benchmarks.md"
+    runs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = {(r["arm"], r["workload"]): (r["decode_phase"], r["decode_measure"]) for r in report.load(runs)}
+    assert got[("CoRun", "azure-conv")] == (None, "short")
+    assert got[("CoRun", "fixed-1024-128")] == (8500.0, "steps")
+    assert report.main([str(runs), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| - | qwen3-8b | azure-conv | 256 | 3 | 10-10 |" in text
+    assert "| - | qwen3-8b | fixed-1024-128 | 256 | steps |" in text
+    assert "| - | qwen3-8b | azure-conv | 256 | steps |" not in text
+    assert "decode phase: CoRun >= 0.9x STD | - | qwen3-8b | azure-conv" not in text
+    assert "decode phase: CoRun >= 0.9x STD | - | qwen3-8b | fixed-1024-128 | 256 | 0.94" in text
 
 
 def test_timeline_puts_prompt_tokens_at_the_first_token_and_output_where_it_arrives():
