@@ -469,7 +469,9 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     for server, runs in zip(_StandIn.instances, measured):
         assert sorted(server.httpd.received[:2]) == sorted(warm) and len(server.httpd.received) == 2 + 2 * runs
         assert not any(p in warm for p in server.httpd.received[2:])
-        assert server.httpd.flushes == [True] * runs  # each measured run from an empty prefix cache
+        # each measured run from an empty prefix cache: one flush done per run (a flush refused while the
+        # stand-in still counts the last request as streaming is retried)
+        assert server.httpd.flushes.count(True) == runs
     # every repetition and arm sends the same prompts, and the rows keep each request's output digest
     sent = {tuple(p) for server in _StandIn.instances for p in server.httpd.received[2:]}
     assert len(sent) == 2 and len({r["prompt_seed"] for r in rows}) == 1
