@@ -8,7 +8,8 @@ turned into ``--mem-fraction-static`` from the memory free at its start) and,
 with ``--max-total-tokens``, the same KV pool; every repetition visits the
 arms in a rotated order, so drift on the host hits all arms alike. A model
 too large for side by side takes ``--one-at-a-time``: each arm's server is
-started when its turn comes and stopped before the next arm's starts. A
+started when its turn comes and stopped before the next arm's starts, the
+workloads of one round sharing each start (``plan``). A
 repetition already in ``--out`` (or a ``--done`` file) with a row for every arm (same study, shape,
 workload, concurrency) is skipped: a slice cut short resumes where it stopped;
 a repetition cut short is run again whole, so the arms it pairs always ran
@@ -130,6 +131,29 @@ def schedule(arms: list[str], reps: int) -> list[tuple[int, str]]:
     return [(rep, arms[(k - rep) % len(arms)]) for rep in range(reps) for k in range(len(arms))]
 
 
+def plan(pending: dict[tuple, list[int]], arms: list[str], reps: int, one_at_a_time: bool) -> list[tuple]:
+    """(workload, concurrency, rep, arm) in run order; ``pending`` maps each (workload, concurrency), in
+    the order given, to its repetitions not yet run whole. Side by side: each in turn, its repetitions
+    in ``schedule`` order. One at a time: round r holds every workload's r-th pending repetition and
+    visits the arms in one cyclic order, each arm serving the round's workloads in the order given, so
+    a server starts only when the arm changes and a workload resumed at repetition 2 shares its
+    servers with one starting at repetition 0. Round r takes the order of repetition s + r, s the first
+    pending repetition of the first workload: rounds join without a server start, and a workload's
+    successive repetitions put each arm in each place in turn."""
+    if not one_at_a_time:
+        return [(*unit, rep, arm) for unit, todo in pending.items() for rep, arm in schedule(arms, reps) if rep in todo]
+    units = [unit for unit, todo in pending.items() if todo]
+    if not units:
+        return []
+    start = pending[units[0]][0]
+    return [
+        (*unit, pending[unit][r], arms[(k - start - r) % len(arms)])
+        for r in range(max(len(pending[unit]) for unit in units))
+        for k in range(len(arms))
+        for unit in units if r < len(pending[unit])
+    ]
+
+
 def tiers_record(args, label: str, ckpt, shared: list[str], env: dict[str, str] | None = None):
     """The decode tiers record of this checkpoint, server options and added environment: verified once,
     kept in the logs folder."""
@@ -190,14 +214,11 @@ def main(argv=None) -> int:
     names = args.workloads.split(",")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     done = set().union(*(done_reps(Path(p), arms) for p in [out, *args.done]))
-    todo = [
-        (w, c, rep, arm)
-        for w in names for c in concurrencies for rep, arm in schedule(arms, args.reps)
-        if (args.study, label, w, c, rep) not in done
-    ]
-    if args.one_at_a_time:  # arm-major within each repetition: a server start only when the arm changes
-        order = {step: i for i, step in enumerate(schedule(arms, args.reps))}
-        todo.sort(key=lambda t: order[(t[2], t[3])])
+    pending = {
+        (w, c): [rep for rep in range(args.reps) if (args.study, label, w, c, rep) not in done]
+        for w in names for c in concurrencies
+    }
+    todo = plan(pending, arms, args.reps, args.one_at_a_time)
     if not todo:
         print("nothing to do: every row of this slice is in", out)
         return 0

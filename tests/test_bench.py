@@ -191,6 +191,29 @@ def test_schedule_rotates_arms_and_resume_skips_whole_repetitions_only(tmp_path)
     assert run.done_reps(out, ["STD", "BI"]) == set()  # BI alone ran in rep 1: the repetition is not done
 
 
+def test_plan_one_at_a_time_shares_server_starts_between_resumed_and_new_workloads():
+    arms = ["STD", "BI", "CoRun"]
+    fresh = {("a", 8): [0, 1, 2], ("b", 8): [0, 1, 2]}
+    side = run.plan(fresh, arms, 3, one_at_a_time=False)
+    assert side == [("a", 8, *step) for step in run.schedule(arms, 3)] + [("b", 8, *step) for step in run.schedule(arms, 3)]
+    alone = run.plan(fresh, arms, 3, one_at_a_time=True)
+    assert [(rep, arm) for _, _, rep, arm in alone[::2]] == run.schedule(arms, 3)  # nothing done: rep-major
+    assert [w for w, *_ in alone] == ["a", "b"] * 9
+
+    def starts(todo):
+        return 1 + sum(x[3] != y[3] for x, y in zip(todo, todo[1:]))
+
+    # two workloads left at repetition 2, one not begun: repetition 2 and the new one's 0 share servers
+    resumed = {("a", 8): [2], ("b", 8): [2], ("c", 8): [0, 1, 2]}
+    todo = run.plan(resumed, arms, 3, one_at_a_time=True)
+    assert todo[:9] == [(w, 8, rep, arm) for arm in ("BI", "CoRun", "STD") for w, rep in (("a", 2), ("b", 2), ("c", 0))]
+    assert [(rep, arm) for _, _, rep, arm in todo[9:]] == [(1, "STD"), (1, "BI"), (1, "CoRun"), (2, "CoRun"), (2, "STD"), (2, "BI")]
+    assert starts(todo) == 7  # 3 for the first round, and none at a boundary between rounds
+    assert sorted(todo) == sorted(t for t in run.plan(resumed, arms, 3, one_at_a_time=False))  # the same runs
+    assert {(w, rep) for w, _, rep, _ in todo if w == "c"} == {("c", 0), ("c", 1), ("c", 2)}
+    assert run.plan({("a", 8): []}, arms, 3, one_at_a_time=True) == []
+
+
 def test_arm_args_reach_only_the_arm_named():
     extra = run.arm_args(["BI=--disable-prefill-cuda-graph", "BI=--foo 1"], ["STD", "BI", "CoRun"])
     assert extra == {"STD": [], "BI": ["--disable-prefill-cuda-graph", "--foo", "1"], "CoRun": []}
