@@ -209,7 +209,7 @@ def test_plan_one_at_a_time_shares_server_starts_between_resumed_and_new_workloa
     assert todo[:9] == [(w, 8, rep, arm) for arm in ("BI", "CoRun", "STD") for w, rep in (("a", 2), ("b", 2), ("c", 0))]
     assert [(rep, arm) for _, _, rep, arm in todo[9:]] == [(1, "STD"), (1, "BI"), (1, "CoRun"), (2, "CoRun"), (2, "STD"), (2, "BI")]
     assert starts(todo) == 7  # 3 for the first round, and none at a boundary between rounds
-    assert sorted(todo) == sorted(t for t in run.plan(resumed, arms, 3, one_at_a_time=False))  # the same runs
+    assert sorted(todo) == sorted(run.plan(resumed, arms, 3, one_at_a_time=False))  # the same runs
     assert {(w, rep) for w, _, rep, _ in todo if w == "c"} == {("c", 0), ("c", 1), ("c", 2)}
     assert run.plan({("a", 8): []}, arms, 3, one_at_a_time=True) == []
 
