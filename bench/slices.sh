@@ -32,8 +32,8 @@
 #   sampler         the sampler microbenchmark: plain, top-p 0.9 with top-k 50, and top-p 0.9 alone
 # SLICE=W1,W2 runs only those workloads of a run.py slice (to split one slice over two GPUs, or to fit a
 # repetition into the GPU time at hand: a repetition is kept only once every arm has run it). One server at a
-# time, the workloads of one SLICE share each arm's server start, a resumed workload's last
-# repetition sharing it with another's first (run.py plan).
+# time, the workloads of one SLICE share each arm's server start, also when they resume at different
+# repetitions (run.py plan: a round runs each workload's next pending repetition).
 # DONE=RUNS (e.g. docs/results/bench/runs.jsonl): the whole repetitions that file holds are not run again.
 # With two GPUs, run two invocations at once, each with its own CUDA_VISIBLE_DEVICES and RESULTS.
 # Every slice runs all its arms interleaved on one GPU and tags its rows with its name (run.py
