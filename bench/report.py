@@ -70,7 +70,8 @@ def load(path: Path) -> list[dict]:
     (tokens/s) and ``decode_measure`` set.
 
     ``decode_phase`` is, in order of preference:
-    - "log": the server's logged decode throughput while the whole first wave decodes
+    - "log": the server's logged decode throughput while the whole first wave decodes (the wave
+      ``serverlog.decode_wave`` finds in the row's log samples)
       (``serverlog.full_wave_throughput``: two or more samples of 40 steps each inside the decode
       phase, ``decode_phase_s``; for a row without that window on a workload of identical requests,
       which all end together, every sample before the wave shrinks);
@@ -86,7 +87,7 @@ def load(path: Path) -> list[dict]:
                   lambda r: (r.get("study", ""), r["shape"], r["workload"], r["concurrency"], r["arm"], r["rep"]))
     for r in rows:
         samples = r.get("decode_steps") or []
-        wave = r.get("decode_wave") or serverlog.decode_wave(r["concurrency"], samples)
+        wave = serverlog.decode_wave(r["concurrency"], samples) if samples else r.get("decode_wave") or r["concurrency"]
         phase = r.get("decode_phase_s")
         if phase is None and workloads.identical(r["workload"]):
             phase = math.inf  # rows without the client's window: identical requests all end at once

@@ -64,11 +64,18 @@ def kv_at_profiles(text: str) -> dict[str, int | None]:
 
 
 def decode_wave(concurrency: int, steps: list[list[float]]) -> int:
-    """The first wave of a run: its concurrency, or fewer where the server never ran that many at
-    once (its log's decode samples ``[running, tokens/s]``; a KV pool too small for the wave, or a
-    server that keeps a slot back). The requests past it wait for room, so they do not shorten the
-    wave's decode phase (``client.decode_phase_window``)."""
-    return min(concurrency, max((int(r) for r, _ in steps), default=concurrency))
+    """The first wave of a run: the most requests the server ran at once before that count first fell
+    (its log's decode samples ``[running, tokens/s]``), at most the concurrency; the concurrency where
+    the log has no sample. Fewer than the concurrency where the KV pool holds fewer, or the server
+    keeps a slot back. A fall is a request that ended or was retracted: requests admitted after it are
+    not the first wave, even where more then run at once, and the requests past the wave wait for
+    room, so they do not shorten its decode phase (``client.decode_phase_window``)."""
+    most = 0
+    for running, _ in steps:
+        if running < most:
+            break
+        most = int(running)
+    return min(concurrency, most) if steps else concurrency
 
 
 #: A decode sample counts as the whole first wave's when at least this share of the wave ran in it

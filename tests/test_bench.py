@@ -235,6 +235,8 @@ def test_the_decode_wave_is_what_the_server_ran_at_once():
     assert serverlog.decode_wave(256, [[120, 9e3], [255, 1e4]]) == 255
     assert serverlog.decode_wave(256, [[179, 5e3]]) == 179
     assert serverlog.decode_wave(16, [[18, 1e3]]) == 16 and serverlog.decode_wave(8, []) == 8
+    # default SGLang admitting 136, retracting, then running up to 152 once the first answers end
+    assert serverlog.decode_wave(256, [[136, 4e3], [136, 4e3], [133, 4e3], [20, 1e3], [152, 4e3]]) == 136
     # with 2 of 3 running, the third waits for room: the two decode alone until the first ends
     a, b = _rec(0.0, [(1.0, 1), (2.0, 2), (3.0, 3)], 3.0), _rec(0.0, [(1.0, 1), (2.0, 2), (3.5, 3)], 3.5)
     waiting = _rec(0.0, [(4.0, 1), (5.0, 2)], 5.0)
@@ -667,6 +669,16 @@ def test_the_report_prefers_the_servers_own_decode_throughput_over_the_clients(t
     got = {(r["arm"], r["workload"]): (r["decode_phase"], r["decode_measure"]) for r in report.load(out)}
     assert got == {("STD", "fixed-64-448"): (10240.0, "log"), ("CoRun", "fixed-64-448"): (7500.0, "steps"),
                    ("STD", "sharegpt"): (9000.0, "steps"), ("BI", "fixed-64-448"): (6000.0, "window")}
+
+
+def test_the_logged_decode_phase_is_the_first_waves_not_a_larger_later_one(tmp_path):
+    # default SGLang admits 136 requests of 6,144 tokens, retracts some once its pool fills, and runs
+    # 152 once the first answers end; the run stored that 152 as its wave
+    steps = [[136, 4400.0], [136, 4400.0], [136, 4300.0], [133, 4000.0], [20, 1000.0], [152, 4600.0], [152, 4600.0]]
+    out = tmp_path / "runs.jsonl"
+    out.write_text(json.dumps({**_row("STD", 0, "fixed-4096-2048", 1000), "decode_wave": 152, "decode_steps": steps}) + "\n")
+    (row,) = report.load(out)
+    assert (row["decode_phase"], row["decode_measure"]) == (4400.0, "log")
 
 
 def test_a_decode_phase_of_fewer_steps_than_a_log_interval_is_not_measured(tmp_path):
