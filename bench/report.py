@@ -87,7 +87,7 @@ def load(path: Path) -> list[dict]:
                   lambda r: (r.get("study", ""), r["shape"], r["workload"], r["concurrency"], r["arm"], r["rep"]))
     for r in rows:
         samples = r.get("decode_steps") or []
-        wave = serverlog.decode_wave(r["concurrency"], samples) if samples else r.get("decode_wave") or r["concurrency"]
+        wave = serverlog.decode_wave(r["concurrency"], samples)
         phase = r.get("decode_phase_s")
         if phase is None and workloads.identical(r["workload"]):
             phase = math.inf  # rows without the client's window: identical requests all end at once
