@@ -154,11 +154,22 @@ def plan(pending: dict[tuple, list[int]], arms: list[str], reps: int, one_at_a_t
     ]
 
 
+def add_tier_options(parser: argparse.ArgumentParser) -> None:
+    """The CoRun-tiers arm's record: one given, or the sizes to verify for one."""
+    parser.add_argument("--tiers", help="a verify-tiers record for the CoRun-tiers arm, made for this checkpoint, "
+                        "N and environment (the server refuses any other); default: verify --tier-candidates first")
+    parser.add_argument("--tier-candidates", default="64,72,88,96,104,128,160,192,224",
+                        help="decode graph sizes verified (corun-sglang verify-tiers) for the CoRun-tiers arm "
+                             "when --tiers is not given")
+
+
 def tiers_record(args, label: str, ckpt, shared: list[str], env: dict[str, str] | None = None):
-    """The decode tiers record of this checkpoint, server options and added environment: verified once,
-    kept in the logs folder."""
+    """The decode tiers record: ``--tiers`` where given, else the one of this checkpoint, server options
+    and added environment, verified once and kept in the logs folder."""
     from corun_sglang import tiers, verify_tiers
 
+    if args.tiers:
+        return tiers.load(Path(args.tiers))
     setting = "".join(f"-{name}={value}" for name, value in sorted((env or {}).items()))
     path = Path(args.logs) / f"tiers-{label}-n{args.max_running_requests}{setting}.json"
     if path.exists():
@@ -190,8 +201,7 @@ def main(argv=None) -> int:
     parser.add_argument("--chunked-prefill-size", type=int, default=8192)
     parser.add_argument("--warmup", type=int, default=64,
                         help="unrecorded requests each server serves before its first measured run (0: none)")
-    parser.add_argument("--tier-candidates", default="64,72,88,96,104,128,160,192,224",
-                        help="decode graph sizes verified (corun-sglang verify-tiers) for the CoRun-tiers arm")
+    add_tier_options(parser)
     parser.add_argument("--arm-args", action="append", default=[], metavar="ARM=ARGS",
                         help="extra server options for one arm (repeatable), e.g. BI=--disable-prefill-cuda-graph")
     parser.add_argument("--arm-env", action="append", default=[], metavar="ARM=NAME=VALUE",

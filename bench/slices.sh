@@ -26,6 +26,9 @@
 #   dense-padding   qwen3-8b, one request in an N-slot decode graph, N = 1, 8, 32, 64, 128, 256, and STD
 #   moe-core        qwen3-30b-a3b, one arm at a time: sharegpt, azure-conv, fixed-1024-128, fixed-64-448;
 #                   BI without SGLang's prefill CUDA graph (its capture overflows FlashInfer's workspace here)
+#   moe-core-tiers  qwen3-30b-a3b, one arm at a time, moe-core's workloads: STD, CoRun, and CoRun with the
+#                   committed tiers record of this shape (docs/results/tiers: 96, 128, 192; a server refuses it
+#                   where its environment differs, then verify anew without --tiers)
 #   moe-long        qwen3-30b-a3b, one arm at a time: blazedit-synthetic, fixed-1024-2048, fixed-4096-128,
 #                   fixed-4096-2048 (with moe-core: every workload of the matrix)
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
@@ -77,6 +80,9 @@ for spec in "$@"; do
             --out "$results/padding.jsonl" --logs "$results/logs" ;;
         moe-core) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --arm-args BI=--disable-prefill-cuda-graph \
+            --workloads "$(only sharegpt,azure-conv,fixed-1024-128,fixed-64-448)" ;;
+        moe-core-tiers) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
+            --arms STD,CoRun,CoRun-tiers --tiers docs/results/tiers/tiers-qwen3-30b-a3b-tp1-bench.json \
             --workloads "$(only sharegpt,azure-conv,fixed-1024-128,fixed-64-448)" ;;
         moe-long) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --arm-args BI=--disable-prefill-cuda-graph \

@@ -182,10 +182,7 @@ def main(argv=None) -> int:
                         help="seconds without a new request streaming after which the load is what runs")
     parser.add_argument("--max-running-requests", type=int, default=256)
     parser.add_argument("--static-gb", type=float, default=None, help="static GPU memory per server, GiB")
-    parser.add_argument("--tiers", help="a verify-tiers record for the CoRun-tiers arm (default: verify "
-                        "--tier-candidates first, as bench/run.py does)")
-    parser.add_argument("--tier-candidates", default="64,72,88,96,104,128,160,192,224",
-                        help="decode graph sizes verified for the CoRun-tiers arm when --tiers is not given")
+    run.add_tier_options(parser)
     parser.add_argument("--arm-args", action="append", default=[], metavar="ARM=ARGS",
                         help="extra server options for one arm (repeatable), as in bench/run.py")
     parser.add_argument("--arm-env", action="append", default=[], metavar="ARM=NAME=VALUE",
@@ -212,8 +209,8 @@ def main(argv=None) -> int:
     ckpt = common.prepare(args)
     traces = Path(args.logs) / "traces"
     shared = ["--max-running-requests", str(args.max_running_requests), *args.server_args.split()]
-    record = args.tiers
-    if "CoRun-tiers" in arms and not record:
+    record = None
+    if "CoRun-tiers" in arms:
         record = run.tiers_record(args, args.shape, ckpt, shared, env["CoRun-tiers"]).source
     for arm in arms:
         tiered = ["--corun-decode-tiers", record] if arm == "CoRun-tiers" else []

@@ -578,6 +578,26 @@ def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(stand_
     assert run.main(argv) == 0 and len(verified) == 1  # the record is verified once per checkpoint and N
 
 
+def test_the_tiers_arm_serves_a_given_record_without_verifying_one(stand_in, monkeypatch, tmp_path):
+    from corun_sglang import tiers, verify_tiers
+
+    out, argv = stand_in
+
+    def verify(*args, **kwargs):
+        raise AssertionError("a given record is not verified again")
+
+    monkeypatch.setattr(verify_tiers, "verify", verify)
+    given = tmp_path / "record.json"
+    given.write_text(json.dumps(tiers.Record(n=256, tiers=(96, 128), environment={"gpu": "G"}, rejected={}).to_json()))
+    argv += ["--arms", "STD,CoRun-tiers", "--tiers", str(given)]
+    assert run.main(argv) == 0
+    rows = {r["arm"]: r for r in map(json.loads, out.read_text().splitlines())}
+    command = rows["CoRun-tiers"]["server_command"]
+    assert command[command.index("--corun-decode-tiers") + 1] == str(given)
+    assert rows["CoRun-tiers"]["decode_tiers"] == [96, 128] and "--corun-decode-tiers" not in rows["STD"]["server_command"]
+    assert not list(Path(argv[argv.index("--logs") + 1]).glob("tiers-*.json"))
+
+
 def test_an_arm_env_reaches_the_arms_server_its_tiers_verification_and_its_rows(stand_in, monkeypatch):
     from corun_sglang import tiers, verify_tiers
 
@@ -748,8 +768,8 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
     script = Path(__file__).resolve().parents[1] / "bench" / "slices.sh"
     text = script.read_text()
     for name in ("dense-core", "dense-long", "dense-sweep", "dense-ablation", "dense-ablation-c16", "dense-tiers",
-                 "dense-tiers-lt", "dense-profile-lt", "dense-profile", "dense-padding", "moe-core", "moe-long", "moe-profile", "moe-tiers", "moe-padding",
-                 "tp2-core", "sampler"):
+                 "dense-tiers-lt", "dense-profile-lt", "dense-profile", "dense-padding", "moe-core", "moe-core-tiers",
+                 "moe-long", "moe-profile", "moe-tiers", "moe-padding", "tp2-core", "sampler"):
         assert f"#   {name}" in text and f"{name})" in text
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "no-such-slice"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout
