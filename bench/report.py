@@ -365,14 +365,15 @@ def targets_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
 
 
 def tiers_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
-    """Markdown: CoRun with and without decode tiers, relative to STD, with TPOT and the tiers served."""
+    """Markdown: CoRun with and without decode tiers, relative to STD, with TPOT, the tiers served and
+    the requests whose tokens the two arms agree on (``tiers_agree``)."""
     keys = [(study, key) for study, (_, c) in groups.items() for key in sorted({k[:3] for k in c if k[3] == TIERS_ARM})]
     if not keys:
         return []
     lines = ["## Decode tiers (output throughput relative to STD, medians)", "",
              "| study | shape | workload | concurrency | CoRun | CoRun-tiers | CoRun-tiers / CoRun "
-             "| TPOT ms STD / CoRun / CoRun-tiers | tiers |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |"]
+             "| TPOT ms STD / CoRun / CoRun-tiers | tiers | same tokens as CoRun |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
     for study, key in keys:
         rows, c = groups[study]
         tpot = " / ".join(_fmt_ms((c.get((*key, arm)) or {}).get("median_tpot_ms")) for arm in ("STD", "CoRun", TIERS_ARM))
@@ -381,8 +382,27 @@ def tiers_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
         vals = [_fmt(ratio(c, key, "CoRun", "STD")), _fmt(ratio(c, key, TIERS_ARM, "STD")),
                 _fmt(ratio(c, key, TIERS_ARM, "CoRun"))]
         lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | " + " | ".join(vals)
-                     + f" | {tpot} | {'; '.join(', '.join(map(str, t)) for t in served) or '-'} |")
+                     + f" | {tpot} | {'; '.join(', '.join(map(str, t)) for t in served) or '-'} "
+                     f"| {tiers_agree(rows, key)} |")
     return lines + [""]
+
+
+def tiers_agree(rows: list[dict], key: tuple) -> str:
+    """Of the requests both CoRun and CoRun-tiers served from the same prompts (``prompt_seed``), those
+    whose output digests are identical in every run of either arm, as "A of B (runs)"; "-" where no such
+    pair kept digests. A tier is verified to give every row the bits of the full N-slot graph, so the
+    two arms agree on every request."""
+    by_seed = collections.defaultdict(list)
+    for r in rows:
+        if (r["arm"] in ("CoRun", TIERS_ARM) and (r["shape"], r["workload"], r["concurrency"]) == key
+                and r.get("output_digests") and "prompt_seed" in r):
+            by_seed[r["prompt_seed"]].append(r)
+    pairs = [rs for rs in by_seed.values() if {r["arm"] for r in rs} == {"CoRun", TIERS_ARM}]
+    if not pairs:
+        return "-"
+    agree = sum(_reproduced(rs) for rs in pairs)
+    total = sum(len(rs[0]["output_digests"]) for rs in pairs)
+    return f"{agree} of {total} ({sum(map(len, pairs))} runs)"
 
 
 def _fmt_ms(x: float | None) -> str:

@@ -29,6 +29,8 @@
 #   moe-core-tiers  qwen3-30b-a3b, one arm at a time, moe-core's workloads: STD, CoRun, and CoRun with the
 #                   committed tiers record of this shape (docs/results/tiers: 96, 128, 192; a server refuses it
 #                   where its environment differs, then verify anew without --tiers)
+#   moe-tiers-bi    qwen3-30b-a3b, one arm at a time, fixed-1024-128 and fixed-64-448 (moe-core's two workloads
+#                   below 1.3x BI): STD, BI and CoRun-tiers with the committed record, side by side in one study
 #   moe-long        qwen3-30b-a3b, one arm at a time: blazedit-synthetic, fixed-1024-2048, fixed-4096-128,
 #                   fixed-4096-2048 (with moe-core: every workload of the matrix)
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
@@ -84,6 +86,10 @@ for spec in "$@"; do
         moe-core-tiers) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --arms STD,CoRun,CoRun-tiers --tiers docs/results/tiers/tiers-qwen3-30b-a3b-tp1-bench.json \
             --workloads "$(only sharegpt,azure-conv,fixed-1024-128,fixed-64-448)" ;;
+        moe-tiers-bi) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
+            --arms STD,BI,CoRun-tiers --arm-args BI=--disable-prefill-cuda-graph \
+            --tiers docs/results/tiers/tiers-qwen3-30b-a3b-tp1-bench.json \
+            --workloads "$(only fixed-1024-128,fixed-64-448)" ;;
         moe-long) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --arm-args BI=--disable-prefill-cuda-graph \
             --workloads "$(only blazedit-synthetic,fixed-1024-2048,fixed-4096-128,fixed-4096-2048)" ;;

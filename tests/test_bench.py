@@ -366,9 +366,24 @@ def test_report_tables_decode_tiers_and_checks_their_targets(tmp_path):
     out = tmp_path / "benchmarks.md"
     report.main([str(runs), "--out", str(out)])
     text = out.read_text()
-    assert "| - | qwen3-8b | sharegpt | 256 | 0.60 | 0.85 | 1.42 | 10.0 / 10.0 / 10.0 | 72, 128 |" in text
+    assert "| - | qwen3-8b | sharegpt | 256 | 0.60 | 0.85 | 1.42 | 10.0 / 10.0 / 10.0 | 72, 128 | - |" in text
     assert "| CoRun-tiers >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.85 (0.85-0.85) | yes |" in text
     assert "| CoRun >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | **no** |" in text
+
+
+def test_report_counts_the_requests_corun_and_its_tiers_agree_on():
+    def row(arm, rep, digests, seed=7):
+        return {**_row(arm, rep, "sharegpt", 100.0), "prompt_seed": seed, "output_digests": digests}
+
+    key = ("qwen3-8b", "sharegpt", 256)
+    rows = [row("CoRun", 0, ["a", "b", "c"]), row("CoRun-tiers", 0, ["a", "b", "c"]),
+            row("CoRun", 1, ["a", "b", "c"]), row("CoRun-tiers", 1, ["a", "x", "c"]),
+            row("STD", 0, ["q", "r", "s"]),  # another arm: not compared
+            row("CoRun-tiers", 2, ["z", "z", "z"], seed=8)]  # prompts CoRun did not serve
+    assert report.tiers_agree(rows, key) == "2 of 3 (4 runs)"
+    assert report.tiers_agree(rows[:1] + rows[-1:], key) == "-"
+    rows.append(row("CoRun", 2, ["z", "z", "z"], seed=8))
+    assert report.tiers_agree(rows, key) == "5 of 6 (6 runs)"
 
 
 def test_report_counts_the_requests_every_repetition_reproduced():
@@ -769,7 +784,7 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
     text = script.read_text()
     for name in ("dense-core", "dense-long", "dense-sweep", "dense-ablation", "dense-ablation-c16", "dense-tiers",
                  "dense-tiers-lt", "dense-profile-lt", "dense-profile", "dense-padding", "moe-core", "moe-core-tiers",
-                 "moe-long", "moe-profile", "moe-tiers", "moe-padding", "tp2-core", "sampler"):
+                 "moe-tiers-bi", "moe-long", "moe-profile", "moe-tiers", "moe-padding", "tp2-core", "sampler"):
         assert f"#   {name}" in text and f"{name})" in text
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "no-such-slice"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout
