@@ -620,25 +620,28 @@ def _study_sections(study: str, rows: list[dict], c: dict, plots: dict[tuple, st
         lines += [f"## {study + ': ' if study else ''}{shape}, concurrency {concurrency}", ""]
         if (study, shape, concurrency) in plots:
             lines += [f"![throughput]({plots[(study, shape, concurrency)]})", ""]
-        lines += ["| workload | STD tok/s | BI tok/s | CoRun tok/s | CoRun/BI | CoRun/STD | BI/STD | "
-                  "TPOT ms STD / BI / CoRun | reps |",
+        # a study that serves CoRun only with its decode tiers shows that arm in CoRun's columns
+        arms = {k[3] for k in c if k[0] == shape and k[2] == concurrency}
+        co = TIERS_ARM if TIERS_ARM in arms and "CoRun" not in arms else "CoRun"
+        lines += [f"| workload | STD tok/s | BI tok/s | {co} tok/s | {co}/BI | {co}/STD | BI/STD | "
+                  f"TPOT ms STD / BI / {co} | reps |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
         for w in sorted({k[1] for k in c if k[0] == shape and k[2] == concurrency}):
             key = (shape, w, concurrency)
-            cell = {arm: c.get((*key, arm)) for arm in ARMS}
+            cell = {arm: c.get((*key, arm)) for arm in ("STD", "BI", co)}
             tput = [("-" if v is None else f"{v['output_throughput']:.0f} "
                      f"({v['spread'][0]:.0f}-{v['spread'][1]:.0f})") for v in cell.values()]
             tpot = " / ".join("-" if v is None else f"{v['median_tpot_ms']:.1f}" for v in cell.values())
             reps = min((v["reps"] for v in cell.values() if v), default=0)
-            lines.append(f"| {w} | {' | '.join(tput)} | {_fmt(ratio(c, key, 'CoRun', 'BI'))} | "
-                         f"{_fmt(ratio(c, key, 'CoRun', 'STD'))} | {_fmt(ratio(c, key, 'BI', 'STD'))} | "
+            lines.append(f"| {w} | {' | '.join(tput)} | {_fmt(ratio(c, key, co, 'BI'))} | "
+                         f"{_fmt(ratio(c, key, co, 'STD'))} | {_fmt(ratio(c, key, 'BI', 'STD'))} | "
                          f"{tpot} | {reps} |")
         agg, covered = aggregate(rows, shape, concurrency)
         if agg:
             lines += ["", f"Time-weighted aggregate throughput over {', '.join(covered)} (tok/s): "
                       + ", ".join(f"{arm} {agg[arm]:.0f}" for arm in ORDER if arm in agg)]
-            if "CoRun" in agg and "BI" in agg and "STD" in agg:
-                lines.append(f"CoRun/BI {agg['CoRun'] / agg['BI']:.2f}, CoRun/STD {agg['CoRun'] / agg['STD']:.2f}")
+            if co in agg and "BI" in agg and "STD" in agg:
+                lines.append(f"{co}/BI {agg[co] / agg['BI']:.2f}, {co}/STD {agg[co] / agg['STD']:.2f}")
         steps = steps_table(rows, shape, concurrency)
         if steps:
             lines += ["", "Decode steps by load, from the servers' logs (medians over repetitions):", "", *steps]

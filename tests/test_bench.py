@@ -437,6 +437,19 @@ def test_report_compares_arms_only_within_a_study(tmp_path):
         assert (tmp_path / png).stat().st_size > 1000
 
 
+def test_a_study_of_corun_with_tiers_alone_shows_it_in_corun_columns(tmp_path):
+    rows = [{**_row(arm, rep, "fixed-64-448", t), "study": "tiers-bi"}
+            for rep in range(3) for arm, t in (("STD", 1000), ("BI", 600), ("CoRun-tiers", 840))]
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "benchmarks.md"
+    assert report.main([str(runs), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| workload | STD tok/s | BI tok/s | CoRun-tiers tok/s | CoRun-tiers/BI | CoRun-tiers/STD | BI/STD |" in text
+    assert "| fixed-64-448 | 1000 (1000-1000) | 600 (600-600) | 840 (840-840) | 1.40 | 0.84 | 0.60 |" in text
+    assert "CoRun-tiers/BI 1.40, CoRun-tiers/STD 0.84" in text
+
+
 def test_common_options_and_prepare_reuse_an_existing_checkpoint(tmp_path):
     import argparse
 
