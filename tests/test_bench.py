@@ -250,16 +250,21 @@ def _row(arm, rep, workload, tput, tokens=1000):
             "median_tpot_ms": 10.0, "median_ttft_ms": 100.0, "failed": 0}
 
 
+def _report(tmp_path, rows, *args) -> str:
+    """The report bench/report.py writes for these rows (and options), as text."""
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "benchmarks.md"
+    assert report.main([str(runs), "--out", str(out), *args]) == 0
+    return out.read_text()
+
+
 def test_report_medians_ratios_aggregate_and_plot(tmp_path):
     rows = []
     for rep in range(3):
         for w, (std, bi, corun) in {"sharegpt": (1000, 500, 900), "fixed-1024-128": (2000, 1800, 1900)}.items():
             rows += [_row("STD", rep, w, std + rep), _row("BI", rep, w, bi + rep), _row("CoRun", rep, w, corun + rep)]
-    runs = tmp_path / "runs.jsonl"
-    runs.write_text("\n".join(json.dumps(r) for r in rows))
-    out = tmp_path / "benchmarks.md"
-    assert report.main([str(runs), "--out", str(out), "--header", "Host: test"]) == 0
-    text = out.read_text()
+    text = _report(tmp_path, rows, "--header", "Host: test")
     assert "| sharegpt | 1001 (1000-1002) | 501 (500-502) | 901 (900-902) | 1.80 | 0.90 | 0.50 |" in text
     assert (tmp_path / "bench-qwen3-8b-c256.png").stat().st_size > 1000
     assert "Ablations" not in text
@@ -351,21 +356,13 @@ def test_report_tables_each_step_profile_run_on_its_own(tmp_path):
 def test_report_lists_ablations_relative_to_std(tmp_path):
     rows = [_row("STD", 0, "sharegpt", 1000), _row("SplitKV-off", 0, "sharegpt", 950),
             _row("SplitKV-off+IsoPrefill", 0, "sharegpt", 920), _row("CoRun", 0, "sharegpt", 900)]
-    runs = tmp_path / "runs.jsonl"
-    runs.write_text("\n".join(json.dumps(r) for r in rows))
-    out = tmp_path / "benchmarks.md"
-    report.main([str(runs), "--out", str(out)])
-    assert "| - | qwen3-8b | sharegpt | 256 | 0.95 | 0.92 | 0.90 |" in out.read_text()
+    assert "| - | qwen3-8b | sharegpt | 256 | 0.95 | 0.92 | 0.90 |" in _report(tmp_path, rows)
 
 
 def test_report_tables_decode_tiers_and_checks_their_targets(tmp_path):
     rows = [_row("STD", 0, "sharegpt", 1000), _row("CoRun", 0, "sharegpt", 600),
             {**_row("CoRun-tiers", 0, "sharegpt", 850), "decode_tiers": [72, 128]}]
-    runs = tmp_path / "runs.jsonl"
-    runs.write_text("\n".join(json.dumps(r) for r in rows))
-    out = tmp_path / "benchmarks.md"
-    report.main([str(runs), "--out", str(out)])
-    text = out.read_text()
+    text = _report(tmp_path, rows)
     assert "| - | qwen3-8b | sharegpt | 256 | 0.60 | 0.85 | 1.42 | 10.0 / 10.0 / 10.0 | 72, 128 | - |" in text
     assert "| CoRun-tiers >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.85 (0.85-0.85) | yes |" in text
     assert "| CoRun >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | **no** |" in text
@@ -423,11 +420,7 @@ def test_report_compares_arms_only_within_a_study(tmp_path):
             for rep in range(3) for arm, t in (("STD", 1000), ("BI", 400), ("CoRun", 800))]
     rows += [{**_row(arm, rep, "sharegpt", t), "study": "ablation"}  # another GPU: slower for every arm
              for rep in range(3) for arm, t in (("STD", 500), ("SplitKV-off", 450), ("CoRun", 300))]
-    runs = tmp_path / "runs.jsonl"
-    runs.write_text("\n".join(json.dumps(r) for r in rows))
-    out = tmp_path / "benchmarks.md"
-    assert report.main([str(runs), "--out", str(out)]) == 0
-    text = out.read_text()
+    text = _report(tmp_path, rows)
     assert "## core: qwen3-8b, concurrency 256" in text and "## ablation: qwen3-8b, concurrency 256" in text
     assert "| sharegpt | 1000 (1000-1000) | 400 (400-400) | 800 (800-800) | 2.00 | 0.80 | 0.40 |" in text
     assert "| sharegpt | 500 (500-500) | - | 300 (300-300) | - | 0.60 | - |" in text
@@ -440,11 +433,7 @@ def test_report_compares_arms_only_within_a_study(tmp_path):
 def test_a_study_of_corun_with_tiers_alone_shows_it_in_corun_columns(tmp_path):
     rows = [{**_row(arm, rep, "fixed-64-448", t), "study": "tiers-bi"}
             for rep in range(3) for arm, t in (("STD", 1000), ("BI", 600), ("CoRun-tiers", 840))]
-    runs = tmp_path / "runs.jsonl"
-    runs.write_text("\n".join(json.dumps(r) for r in rows))
-    out = tmp_path / "benchmarks.md"
-    assert report.main([str(runs), "--out", str(out)]) == 0
-    text = out.read_text()
+    text = _report(tmp_path, rows)
     assert "| workload | STD tok/s | BI tok/s | CoRun-tiers tok/s | CoRun-tiers/BI | CoRun-tiers/STD | BI/STD |" in text
     assert "| fixed-64-448 | 1000 (1000-1000) | 600 (600-600) | 840 (840-840) | 1.40 | 0.84 | 0.60 |" in text
     assert "CoRun-tiers/BI 1.40, CoRun-tiers/STD 0.84" in text
