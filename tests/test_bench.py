@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import client  # noqa: E402
 import common  # noqa: E402
+import prefill_shapes  # noqa: E402
 import report  # noqa: E402
 import run  # noqa: E402
 import serverlog  # noqa: E402
@@ -973,3 +974,73 @@ def test_report_tables_step_profiles(tmp_path):
     std = text.index("| qwen3-8b | 16 | STD | - | - | 6.50 | 6.00 | 0.50 | 4.00 | 1.00 |")  # the latest row only
     assert "6.40" not in text and "| qwen3-8b | 256 (255 ran) | STD | - | 239,954 | 6.50 |" in text
     assert std < text.index("| qwen3-8b | 16 | CoRun-tiers | 72 | - | 8.00 | 7.50 | 0.50 | 5.00 | 1.00 |")
+
+
+@pytest.mark.parametrize("total", [256, 1024, 2048])
+def test_prefill_shape_packings_fill_the_total_with_the_needle_once_in_each_place(total):
+    plans = prefill_shapes.packings(64, total, seed=total)
+    for name, lengths in plans:
+        assert lengths.count(-1) == 1 and all(n > 0 for n in lengths if n != -1)
+        assert 64 + sum(n for n in lengths if n != -1) == total, name
+    places = {name.split("-")[1] for name, _ in plans}
+    assert {"front", "back"} <= places
+    assert plans == prefill_shapes.packings(64, total, seed=total)
+
+
+def test_prefill_shapes_reads_the_prefill_batches_of_sglang_log_lines():
+    log = ("[2026-12-03 08:00:00] Prefill batch, #new-seq: 4, #new-token: 256, #cached-token: 0, "
+           "token usage: 0.00, #running-req: 0, #queue-req: 0, \n"
+           "[2026-12-03 08:00:01] Decode batch, #running-req: 4, #token: 260, \n")
+    assert prefill_shapes.PREFILL.findall(log) == [("4", "256")]
+
+
+def _prefill_server(log: Path, bits):
+    """A ``/generate`` stand-in that logs one prefill batch per call and gives each prompt the logprobs
+    ``bits(prompt, total tokens of the call, place in the call)``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            prompts = body["input_ids"]
+            total = sum(len(p) for p in prompts)
+            with open(log, "a") as f:
+                f.write(f"Prefill batch, #new-seq: {len(prompts)}, #new-token: {total}, #cached-token: 0, \n")
+            reply = [{"meta_info": {
+                "input_token_logprobs": [[None, p[0], None]] + [[bits(p, total, i), t, None] for t in p[1:]],
+                "output_token_logprobs": [[bits(p, total, i), 7, None]]}} for i, p in enumerate(prompts)]
+            data = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize("case", ["blind", "by-total", "by-place"])
+def test_prefill_shapes_tells_a_prefill_blind_to_its_packing_from_one_that_is_not(tmp_path, case, monkeypatch):
+    monkeypatch.setattr(prefill_shapes.time, "sleep", lambda s: None)
+    log = tmp_path / "server.log"
+    log.write_text("")
+    bits = {"blind": lambda p, total, i: -1.0,
+            "by-total": lambda p, total, i: -1.0 - (total >= 256),
+            "by-place": lambda p, total, i: -1.0 - (i > 0)}[case]
+    server = _prefill_server(log, bits)
+    try:
+        out = prefill_shapes.study(f"http://127.0.0.1:{server.server_port}", log, 64, [256, 1024], seed=0)
+    finally:
+        server.shutdown()
+    assert out["alone_batches"] == [(1, 64)]
+    for total in ("256", "1024"):
+        t = out["totals"][total]
+        assert t["counted"] == len(t["packings"]) == 6
+        assert all(p["one_batch"] for p in t["packings"])
+        assert t["distinct"] == (1 if case != "by-place" else 2)
+        assert t["equal_to_alone"] == (case == "blind")
+    digests = {p["digest"] for t in out["totals"].values() for p in t["packings"]}
+    assert (out["alone_digest"] in digests) == (case != "by-total")

@@ -1,0 +1,170 @@
+"""Does a prompt's prefill keep its bits when packed with co-runners into a prefill of a fixed token count?
+
+For each arm (a server of bench/run.py's ARMS, radix cache off) the probe sends a needle prompt of
+``--needle-len`` tokens alone, then inside packings: one batched ``/generate`` call holding the
+needle and co-runner prompts whose lengths sum to a ``--totals`` value, the needle at the front,
+the middle or the back, the co-runners of equal, random or one long length, drawn afresh for each
+packing. Every request asks for one new token, greedy, with the logprob of every prompt position,
+so the needle's prefill shows bit for bit in its prompt logprobs and its first token. A packing
+counts only when the server's log shows it as one prefill batch of all its requests.
+
+Per total, the result says how many distinct needle results the packings gave (1: the prefill of a
+fixed token count is blind to how its tokens are split among requests and where the needle sits)
+and whether they equal the needle alone; each packing's needle result is named by a digest of its
+bits, so results also compare across totals. Rows append to ``--out`` (JSON lines), one per arm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+import run  # noqa: E402
+
+FIRST_TOKEN = 100
+VOCAB = 150000
+PREFILL = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+)")
+
+
+def split(rnd: random.Random, total: int, kind: str, unit: int) -> list[int]:
+    """Co-runner lengths summing to ``total``: ``equal`` parts of ``unit``, one ``long`` prompt, or ``random`` parts."""
+    if total <= 0:
+        return []
+    if kind == "long":
+        return [total]
+    if kind == "equal":
+        return [unit] * (total // unit) + ([total % unit] if total % unit else [])
+    cuts = sorted(rnd.sample(range(1, total), min(total - 1, rnd.randint(1, 7))))
+    return [b - a for a, b in zip([0, *cuts], [*cuts, total])]
+
+
+def packings(needle_len: int, total: int, seed: int) -> list[tuple[str, list[int]]]:
+    """(name, lengths) for each packing of ``total`` tokens, the needle marked ``-1``; the name gives its place."""
+    rnd = random.Random(seed)
+    out = []
+    for kind in ("equal", "long", "random", "random"):
+        others = split(rnd, total - needle_len, kind, needle_len)
+        for place in ("front", "back") if kind != "random" else (rnd.choice(("front", "middle", "back")),):
+            at = {"front": 0, "back": len(others), "middle": len(others) // 2}[place]
+            out.append((f"{kind}-{place}", [*others[:at], -1, *others[at:]]))
+    return out
+
+
+def needle_result(meta: dict) -> dict:
+    """The bits of a request's prefill: its prompt logprobs, first token and that token's logprob."""
+    prompt = [lp for lp, *_ in meta["input_token_logprobs"]]
+    token = meta["output_token_logprobs"][0]
+    return {"prompt_logprobs": prompt, "token": token[1], "token_logprob": token[0]}
+
+
+def digest(result: dict) -> str:
+    """A short name for a result's bits (equal digests: equal logprobs, bit for bit, and token)."""
+    return hashlib.sha256(json.dumps(result).encode()).hexdigest()[:12]
+
+
+def probe(url: str, log: Path, needle: list[int], lengths: list[int], rnd: random.Random) -> tuple[dict, list]:
+    """Send one batched request (``-1`` in ``lengths`` marks the needle); the needle's result and the
+    prefill batches the server logged for it."""
+    prompts = [needle if n == -1 else [rnd.randrange(FIRST_TOKEN, VOCAB) for _ in range(n)] for n in lengths]
+    seen = len(log.read_text(errors="replace"))
+    body = {"input_ids": prompts, "return_logprob": True, "logprob_start_len": 0,
+            "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+    reply = httpx.post(url + "/generate", json=body, timeout=600)
+    reply.raise_for_status()
+    time.sleep(0.5)  # the scheduler's log line follows the reply
+    batches = [(int(a), int(b)) for a, b in PREFILL.findall(log.read_text(errors="replace")[seen:])]
+    return needle_result(reply.json()[lengths.index(-1)]["meta_info"]), batches
+
+
+def study(url: str, log: Path, needle_len: int, totals: list[int], seed: int) -> dict:
+    rnd = random.Random(seed)
+    needle = [rnd.randrange(FIRST_TOKEN, VOCAB) for _ in range(needle_len)]
+    alone, alone_batches = probe(url, log, needle, [-1], rnd)
+    out = {"alone_batches": alone_batches, "alone_digest": digest(alone), "totals": {}}
+    for total in totals:
+        results, every_result, rows = [], [], []
+        for name, lengths in packings(needle_len, total, seed + total):
+            got, batches = probe(url, log, needle, lengths, rnd)
+            one_batch = batches == [(len(lengths), total)]
+            rows.append({"packing": name, "requests": len(lengths), "batches": batches, "one_batch": one_batch,
+                         "digest": digest(got), "equals_alone": got == alone})
+            every_result.append(got)
+            if one_batch:
+                results.append(got)
+        distinct = [r for i, r in enumerate(results) if r not in results[:i]]
+        every = [r for i, r in enumerate(every_result) if r not in every_result[:i]]
+        out["totals"][str(total)] = {
+            "packings": rows, "counted": len(results), "distinct": len(distinct), "distinct_any_batching": len(every),
+            "first_differing_position": _first_difference(distinct),
+            "equal_to_alone": bool(results) and all(r == alone for r in results),
+        }
+    return out
+
+
+def _first_difference(distinct: list[dict]) -> int | None:
+    """The first prompt position where two distinct results differ (None: one result, or only the token)."""
+    if len(distinct) < 2:
+        return None
+    a, b = distinct[0]["prompt_logprobs"], distinct[1]["prompt_logprobs"]
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    common.add_options(parser, out="docs/results/bench/prefill_shapes.jsonl",
+                       server_args="--attention-backend flashinfer --disable-radix-cache "
+                                   "--max-running-requests 256 --chunked-prefill-size 8192")
+    parser.add_argument("--arms", default="STD,BI", help=f"of {', '.join(run.ARMS)}")
+    parser.add_argument("--needle-len", type=int, default=64)
+    parser.add_argument("--totals", default="256,1024,2048", help="prefill token counts the packings fill")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--static-gb", type=float, default=None, help="static GPU memory per server, GiB")
+    parser.add_argument("--arm-args", action="append", default=[], metavar="ARM=ARGS",
+                        help="extra server options for one arm (repeatable), as in bench/run.py")
+    args = parser.parse_args(argv)
+
+    from corun_sglang.launch import Server
+
+    arms = args.arms.split(",")
+    unknown = [a for a in arms if a not in run.ARMS]
+    if unknown:
+        parser.error(f"unknown arms {unknown}")
+    extra = run.arm_args(args.arm_args, arms)
+    totals = [int(t) for t in args.totals.split(",")]
+    if min(totals) <= args.needle_len:
+        parser.error("every total must exceed --needle-len")
+    ckpt = common.prepare(args)
+    for arm in arms:
+        log = Path(args.logs) / f"prefill-shapes-{arm}.log"
+        server = Server(str(ckpt), run.ARMS[arm] + extra[arm] + args.server_args.split(), log,
+                        timeout=900, static_gb=args.static_gb)
+        try:
+            result = study(server.url, log, args.needle_len, totals, args.seed)
+        finally:
+            server.stop()
+        row = {"shape": args.shape, "arm": arm, "needle_len": args.needle_len, "gpu": common.gpu_uuid(),
+               "server_command": server.command, **result}
+        with open(args.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        for total, t in result["totals"].items():
+            print(f"{args.shape} {arm} total {total}: {t['counted']}/{len(t['packings'])} packings one batch, "
+                  f"{t['distinct']} distinct needle results, equal to alone: {t['equal_to_alone']}", flush=True)
+        names = {p["digest"] for t in result["totals"].values() for p in t["packings"] if p["one_batch"]}
+        print(f"{args.shape} {arm}: {len(names)} distinct needle results over all totals "
+              f"({len(names | {result['alone_digest']})} with the needle alone)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
