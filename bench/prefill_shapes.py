@@ -73,32 +73,37 @@ def digest(result: dict) -> str:
     return hashlib.sha256(json.dumps(result).encode()).hexdigest()[:12]
 
 
-def probe(url: str, log: Path, needle: list[int], lengths: list[int], rnd: random.Random) -> tuple[dict, list]:
-    """Send one batched request (``-1`` in ``lengths`` marks the needle); the needle's result and the
-    prefill batches the server logged for it."""
+def probe(url: str, log: Path, needle: list[int], lengths: list[int],
+          rnd: random.Random) -> tuple[dict, list, float]:
+    """Send one batched request (``-1`` in ``lengths`` marks the needle); the needle's result, the
+    prefill batches the server logged for it and the request's wall seconds (an upper bound on the
+    prefill's time: it includes the HTTP round trip)."""
     prompts = [needle if n == -1 else [rnd.randrange(FIRST_TOKEN, VOCAB) for _ in range(n)] for n in lengths]
     seen = len(log.read_text(errors="replace"))
     body = {"input_ids": prompts, "return_logprob": True, "logprob_start_len": 0,
             "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+    start = time.perf_counter()
     reply = httpx.post(url + "/generate", json=body, timeout=600)
+    seconds = time.perf_counter() - start
     reply.raise_for_status()
     time.sleep(0.5)  # the scheduler's log line follows the reply
     batches = [(int(a), int(b)) for a, b in PREFILL.findall(log.read_text(errors="replace")[seen:])]
-    return needle_result(reply.json()[lengths.index(-1)]["meta_info"]), batches
+    return needle_result(reply.json()[lengths.index(-1)]["meta_info"]), batches, seconds
 
 
 def study(url: str, log: Path, needle_len: int, totals: list[int], seed: int) -> dict:
     rnd = random.Random(seed)
     needle = [rnd.randrange(FIRST_TOKEN, VOCAB) for _ in range(needle_len)]
-    alone, alone_batches = probe(url, log, needle, [-1], rnd)
-    out = {"alone_batches": alone_batches, "alone_digest": digest(alone), "totals": {}}
+    alone, alone_batches, alone_seconds = probe(url, log, needle, [-1], rnd)
+    out = {"alone_batches": alone_batches, "alone_digest": digest(alone), "alone_seconds": alone_seconds,
+           "totals": {}}
     for total in totals:
         results, every_result, rows = [], [], []
         for name, lengths in packings(needle_len, total, seed + total):
-            got, batches = probe(url, log, needle, lengths, rnd)
+            got, batches, seconds = probe(url, log, needle, lengths, rnd)
             one_batch = batches == [(len(lengths), total)]
             rows.append({"packing": name, "requests": len(lengths), "batches": batches, "one_batch": one_batch,
-                         "digest": digest(got), "equals_alone": got == alone})
+                         "digest": digest(got), "equals_alone": got == alone, "seconds": seconds})
             every_result.append(got)
             if one_batch:
                 results.append(got)
@@ -125,10 +130,11 @@ def main(argv=None) -> int:
     common.add_options(parser, out="docs/results/bench/prefill_shapes.jsonl",
                        server_args="--attention-backend flashinfer --disable-radix-cache "
                                    "--max-running-requests 256 --chunked-prefill-size 8192")
-    parser.add_argument("--arms", default="STD,BI", help=f"of {', '.join(run.ARMS)}")
-    parser.add_argument("--needle-len", type=int, default=64)
-    parser.add_argument("--totals", default="256,1024,2048", help="prefill token counts the packings fill")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--arms", default="STD", help=f"of {', '.join(run.ARMS)}")
+    parser.add_argument("--needle-lens", default="64", help="needle lengths, each probed on the same server")
+    parser.add_argument("--totals", default="256,1024,2048",
+                        help="prefill token counts the packings fill (for each needle, those above its length)")
+    parser.add_argument("--seed", type=int, default=0, help="the first needle's seed; the next ones count up")
     parser.add_argument("--static-gb", type=float, default=None, help="static GPU memory per server, GiB")
     parser.add_argument("--arm-args", action="append", default=[], metavar="ARM=ARGS",
                         help="extra server options for one arm (repeatable), as in bench/run.py")
@@ -141,29 +147,36 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown arms {unknown}")
     extra = run.arm_args(args.arm_args, arms)
-    totals = [int(t) for t in args.totals.split(",")]
-    if min(totals) <= args.needle_len:
-        parser.error("every total must exceed --needle-len")
+    totals = sorted(int(t) for t in args.totals.split(","))
+    needles = [int(n) for n in args.needle_lens.split(",")]
+    if any(n >= totals[-1] for n in needles):
+        parser.error("every needle must be shorter than the largest total")
     ckpt = common.prepare(args)
     for arm in arms:
-        log = Path(args.logs) / f"prefill-shapes-{arm}.log"
+        log = Path(args.logs) / f"prefill-shapes-{args.shape}-{arm}.log"
         server = Server(str(ckpt), run.ARMS[arm] + extra[arm] + args.server_args.split(), log,
                         timeout=900, static_gb=args.static_gb)
         try:
-            result = study(server.url, log, args.needle_len, totals, args.seed)
+            for i, needle_len in enumerate(needles):
+                result = study(server.url, log, needle_len, [t for t in totals if t > needle_len], args.seed + i)
+                row = {"shape": args.shape, "arm": arm, "needle_len": needle_len, "seed": args.seed + i,
+                       "gpu": common.gpu_uuid(), "server_command": server.command, **result}
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                report(args.shape, arm, needle_len, result)
         finally:
             server.stop()
-        row = {"shape": args.shape, "arm": arm, "needle_len": args.needle_len, "gpu": common.gpu_uuid(),
-               "server_command": server.command, **result}
-        with open(args.out, "a") as f:
-            f.write(json.dumps(row) + "\n")
-        for total, t in result["totals"].items():
-            print(f"{args.shape} {arm} total {total}: {t['counted']}/{len(t['packings'])} packings one batch, "
-                  f"{t['distinct']} distinct needle results, equal to alone: {t['equal_to_alone']}", flush=True)
-        names = {p["digest"] for t in result["totals"].values() for p in t["packings"] if p["one_batch"]}
-        print(f"{args.shape} {arm}: {len(names)} distinct needle results over all totals "
-              f"({len(names | {result['alone_digest']})} with the needle alone)", flush=True)
     return 0
+
+
+def report(shape: str, arm: str, needle_len: int, result: dict) -> None:
+    for total, t in result["totals"].items():
+        print(f"{shape} {arm} needle {needle_len}, total {total}: {t['counted']}/{len(t['packings'])} packings "
+              f"one batch, {t['distinct']} distinct needle results, equal to alone: {t['equal_to_alone']}",
+              flush=True)
+    names = {p["digest"] for t in result["totals"].values() for p in t["packings"] if p["one_batch"]}
+    print(f"{shape} {arm} needle {needle_len}: {len(names)} distinct needle results over all totals "
+          f"({len(names | {result['alone_digest']})} with the needle alone)", flush=True)
 
 
 if __name__ == "__main__":
