@@ -142,10 +142,7 @@ def main(argv=None) -> int:
 
     from corun_sglang.launch import Server
 
-    arms = args.arms.split(",")
-    unknown = [a for a in arms if a not in run.ARMS]
-    if unknown:
-        parser.error(f"unknown arms {unknown}")
+    arms = run.arms_of(parser, args.arms)
     extra = run.arm_args(args.arm_args, arms)
     totals = sorted(int(t) for t in args.totals.split(","))
     needles = [int(n) for n in args.needle_lens.split(",")]

@@ -91,6 +91,15 @@ def prompt_seed(workload: str) -> int:
     return zlib.crc32(workload.encode())
 
 
+def arms_of(parser: argparse.ArgumentParser, spec: str) -> list[str]:
+    """The arms a comma-separated ``--arms`` value names; a name not in ``ARMS`` is a usage error."""
+    arms = spec.split(",")
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        parser.error(f"unknown arms {unknown}")
+    return arms
+
+
 def arm_args(specs: list[str], arms: list[str]) -> dict[str, list[str]]:
     """Each arm's extra server options from ``ARM=ARGS`` specs; every named arm must be one of ``arms``."""
     extra = {arm: [] for arm in arms}
@@ -218,7 +227,7 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     label = args.shape if args.tp_size == 1 else f"{args.shape}-tp{args.tp_size}"
-    arms = args.arms.split(",")
+    arms = arms_of(parser, args.arms)
     extra = arm_args(args.arm_args, arms)
     env = arm_env(args.arm_env, arms)
     names = args.workloads.split(",")

@@ -192,10 +192,7 @@ def main(argv=None) -> int:
     from corun_sglang import tiers
     from corun_sglang.launch import Server
 
-    arms = args.arms.split(",")
-    unknown = [a for a in arms if a not in run.ARMS]
-    if unknown:
-        parser.error(f"unknown arms {unknown}")
+    arms = run.arms_of(parser, args.arms)
     extra = run.arm_args(args.arm_args, arms)
     env = run.arm_env(args.arm_env, arms)
     loads = sorted({int(n) for n in args.loads.split(",")})

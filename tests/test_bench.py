@@ -1044,3 +1044,10 @@ def test_prefill_shapes_tells_a_prefill_blind_to_its_packing_from_one_that_is_no
         assert t["equal_to_alone"] == (case == "blind")
     digests = {p["digest"] for t in out["totals"].values() for p in t["packings"]}
     assert (out["alone_digest"] in digests) == (case != "by-total")
+
+
+@pytest.mark.parametrize("script", [run, prefill_shapes])
+def test_an_arm_outside_the_known_ones_is_a_usage_error(script, capsys):
+    with pytest.raises(SystemExit) as stop:
+        script.main(["--arms", "STD,Fast"])
+    assert stop.value.code == 2 and "unknown arms ['Fast']" in capsys.readouterr().err
