@@ -1,17 +1,19 @@
 """Does a prompt's prefill keep its bits when packed with co-runners into a prefill of a fixed token count?
 
-For each arm (a server of bench/run.py's ARMS, radix cache off) the probe sends a needle prompt of
-``--needle-len`` tokens alone, then inside packings: one batched ``/generate`` call holding the
-needle and co-runner prompts whose lengths sum to a ``--totals`` value, the needle at the front,
-the middle or the back, the co-runners of equal, random or one long length, drawn afresh for each
-packing. Every request asks for one new token, greedy, with the logprob of every prompt position,
-so the needle's prefill shows bit for bit in its prompt logprobs and its first token. A packing
-counts only when the server's log shows it as one prefill batch of all its requests.
+For each arm (a server of bench/run.py's ARMS, radix cache off) and each of ``--needle-lens``, the
+probe sends a needle prompt of that many tokens alone, then inside packings: one batched
+``/generate`` call holding the needle and co-runner prompts whose lengths sum to a ``--totals``
+value above the needle's length, the needle at the front, the middle or the back, the co-runners
+of equal, random or one long length, drawn afresh for each packing. Every request asks for one new
+token, greedy, with the logprob of every prompt position, so the needle's prefill shows bit for bit
+in its prompt logprobs and its first token. A packing counts only when the server's log shows it
+as one prefill batch of all its requests.
 
 Per total, the result says how many distinct needle results the packings gave (1: the prefill of a
 fixed token count is blind to how its tokens are split among requests and where the needle sits)
 and whether they equal the needle alone; each packing's needle result is named by a digest of its
-bits, so results also compare across totals. Rows append to ``--out`` (JSON lines), one per arm.
+bits, so results also compare across totals. Rows append to ``--out`` (JSON lines), one per
+arm and needle.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ def probe(url: str, log: Path, needle: list[int], lengths: list[int],
 
 
 def study(url: str, log: Path, needle_len: int, totals: list[int], seed: int) -> dict:
+    """One needle alone, then in every packing of each total: the results as the module docstring gives them."""
     rnd = random.Random(seed)
     needle = [rnd.randrange(FIRST_TOKEN, VOCAB) for _ in range(needle_len)]
     alone, alone_batches, alone_seconds = probe(url, log, needle, [-1], rnd)

@@ -105,10 +105,9 @@ for spec in "$@"; do
             --loads 16,64,256 --static-gb 120 --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
         tp2-core) "${run[@]}" --shape qwen3-8b --tp-size 2 --reps 3 --concurrency 256 \
             --workloads "$(only sharegpt,fixed-64-448,azure-conv)" ;;
-        prefill-shapes) for shape in qwen3-8b qwen3-30b-a3b; do
-                python3 bench/prefill_shapes.py --shape "$shape" --arms STD --needle-lens 64,1000 \
-                    --totals 256,1024,2048,4096 --out "$results/prefill_shapes.jsonl" --logs "$results/logs" || break
-            done ;;
+        prefill-shapes) probe=(python3 bench/prefill_shapes.py --arms STD --needle-lens 64,1000 --totals 256,1024,2048,4096
+                               --out "$results/prefill_shapes.jsonl" --logs "$results/logs")
+            "${probe[@]}" --shape qwen3-8b && "${probe[@]}" --shape qwen3-30b-a3b ;;
         sampler) python3 bench/sampler.py --out "$results/sampler.json" \
             && python3 bench/sampler.py --top-p 0.9 --top-k 50 --out "$results/sampler_filtered.json" \
             && python3 bench/sampler.py --top-p 0.9 --out "$results/sampler_top_p.json" ;;
