@@ -101,21 +101,19 @@ def study(url: str, log: Path, needle_len: int, totals: list[int], seed: int) ->
     out = {"alone_batches": alone_batches, "alone_digest": digest(alone), "alone_seconds": alone_seconds,
            "totals": {}}
     for total in totals:
-        results, every_result, rows = [], [], []
+        distinct, rows = [], []
         for name, lengths in packings(needle_len, total, seed + total):
             got, batches, seconds = probe(url, log, needle, lengths, rnd)
             one_batch = batches == [(len(lengths), total)]
             rows.append({"packing": name, "requests": len(lengths), "batches": batches, "one_batch": one_batch,
                          "digest": digest(got), "equals_alone": got == alone, "seconds": seconds})
-            every_result.append(got)
-            if one_batch:
-                results.append(got)
-        distinct = [r for i, r in enumerate(results) if r not in results[:i]]
-        every = [r for i, r in enumerate(every_result) if r not in every_result[:i]]
+            if one_batch and got not in distinct:
+                distinct.append(got)
+        counted = [r for r in rows if r["one_batch"]]
         out["totals"][str(total)] = {
-            "packings": rows, "counted": len(results), "distinct": len(distinct), "distinct_any_batching": len(every),
+            "packings": rows, "counted": len(counted), "distinct": len(distinct),
             "first_differing_position": _first_difference(distinct),
-            "equal_to_alone": bool(results) and all(r == alone for r in results),
+            "equal_to_alone": bool(counted) and all(r["equals_alone"] for r in counted),
         }
     return out
 
