@@ -36,6 +36,9 @@ import run  # noqa: E402
 
 FIRST_TOKEN = 100
 VOCAB = 150000
+#: Requests per packing at most: well below the server's 256 running requests, so each packing can be
+#: one prefill batch.
+MAX_REQUESTS = 128
 PREFILL = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+)")
 
 
@@ -52,11 +55,17 @@ def split(rnd: random.Random, total: int, kind: str, unit: int) -> list[int]:
 
 
 def packings(needle_len: int, total: int, seed: int) -> list[tuple[str, list[int]]]:
-    """(name, lengths) for each packing of ``total`` tokens, the needle marked ``-1``; the name gives its place."""
+    """(name, lengths) for each packing of ``total`` tokens, the needle marked ``-1``; the name gives its place.
+
+    At most ``MAX_REQUESTS`` requests each. A short needle's ``equal`` packings keep the batch's mean prompt
+    length at the needle's, its ``long`` ones raise it to half the total: the attention kernel's query tile
+    follows that mean."""
     rnd = random.Random(seed)
     out = []
+    # equal co-runners are as long as the needle, or as short as MAX_REQUESTS allows
+    unit = max(needle_len, -(-(total - needle_len) // (MAX_REQUESTS - 1)))
     for kind in ("equal", "long", "random", "random"):
-        others = split(rnd, total - needle_len, kind, needle_len)
+        others = split(rnd, total - needle_len, kind, unit)
         for place in ("front", "back") if kind != "random" else (rnd.choice(("front", "middle", "back")),):
             at = {"front": 0, "back": len(others), "middle": len(others) // 2}[place]
             out.append((f"{kind}-{place}", [*others[:at], -1, *others[at:]]))

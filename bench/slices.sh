@@ -34,7 +34,7 @@
 #   moe-long        qwen3-30b-a3b, one arm at a time: blazedit-synthetic, fixed-1024-2048, fixed-4096-128,
 #                   fixed-4096-2048 (with moe-core: every workload of the matrix)
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
-#   prefill-shapes  default SGLang on both models: a 64-token and a 1000-token prompt's prefill bits alone and
+#   prefill-shapes  default SGLang on both models: a 64-, a 1000- and an 8-token prompt's prefill bits alone and
 #                   packed with co-runners at fixed token counts (bench/prefill_shapes.py, docs/results/prefill_shapes.md)
 #   sampler         the sampler microbenchmark: plain, top-p 0.9 with top-k 50, and top-p 0.9 alone
 # SLICE=W1,W2 runs only those workloads of a run.py slice (to split one slice over two GPUs, or to fit a
@@ -105,7 +105,7 @@ for spec in "$@"; do
             --loads 16,64,256 --static-gb 120 --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
         tp2-core) "${run[@]}" --shape qwen3-8b --tp-size 2 --reps 3 --concurrency 256 \
             --workloads "$(only sharegpt,fixed-64-448,azure-conv)" ;;
-        prefill-shapes) probe=(python3 bench/prefill_shapes.py --arms STD --needle-lens 64,1000 --totals 256,1024,2048,4096
+        prefill-shapes) probe=(python3 bench/prefill_shapes.py --arms STD --needle-lens 64,1000,8 --totals 256,1024,2048,4096
                                --out "$results/prefill_shapes.jsonl" --logs "$results/logs")
             "${probe[@]}" --shape qwen3-8b && "${probe[@]}" --shape qwen3-30b-a3b ;;
         sampler) python3 bench/sampler.py --out "$results/sampler.json" \

@@ -987,6 +987,16 @@ def test_prefill_shape_packings_fill_the_total_with_the_needle_once_in_each_plac
     assert plans == prefill_shapes.packings(64, total, seed=total)
 
 
+@pytest.mark.parametrize("needle_len,total", [(8, 256), (8, 1024), (8, 4096), (64, 4096)])
+def test_prefill_shape_packings_stay_one_batch_and_let_a_short_needle_vary_the_mean_prompt(needle_len, total):
+    plans = dict(prefill_shapes.packings(needle_len, total, seed=total))
+    assert max(len(lengths) for lengths in plans.values()) <= prefill_shapes.MAX_REQUESTS
+    equal, long = plans["equal-front"], plans["long-front"]
+    assert len(long) == 2 and total / len(equal) < total / len(long)
+    if total // needle_len < prefill_shapes.MAX_REQUESTS:  # the needle's length, repeated
+        assert set(equal) == {-1, needle_len}
+
+
 def test_prefill_shapes_reads_the_prefill_batches_of_sglang_log_lines():
     log = ("[2026-12-03 08:00:00] Prefill batch, #new-seq: 4, #new-token: 256, #cached-token: 0, "
            "token usage: 0.00, #running-req: 0, #queue-req: 0, \n"
