@@ -14,7 +14,7 @@ import weakref
 
 import torch
 
-from corun_sglang import decode_grid, moe_padding, policy, rng
+from corun_sglang import decode_grid, moe_padding, packing, policy, rng
 from corun_sglang.startup import check_startup
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def scheduler_init(original, self, server_args, *args, **kwargs):
 
 def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
     """After the decode CUDA-graph runner is built: it holds the graphs of N and of the decode tiers, no
-    other, and a tiers record was verified in this environment (``tiers.mismatches`` is empty)."""
+    other, and every record served (decode tiers, prefill pack) was verified in this environment."""
     server_args = model_runner.server_args
     if not _corun(server_args):
         return result
@@ -77,19 +77,23 @@ def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
             f"Fix: lower --max-running-requests to at most that, or give the KV cache "
             f"more memory (--mem-fraction-static)"
         )
-    if not config.decode_tiers(server_args):
+    served = [(config.decode_tiers(server_args), getattr(server_args, config.TIER_RECORD_ATTR, None),
+               "--corun-decode-tiers", "verify-tiers"),
+              (config.prefill_pack(server_args), getattr(server_args, config.PACK_RECORD_ATTR, None),
+               "--corun-prefill-pack", "verify-prefill-pack")]
+    served = [(record, option, command) for wanted, record, option, command in served if wanted]
+    if not served:
         return result
     env = _tier_environment(model_runner)
-    record = getattr(server_args, config.TIER_RECORD_ATTR, None)
-    if record is None:  # unverified candidates: tell verify-tiers where they ran
+    if any(record is None for record, _, _ in served):  # unverified candidates: tell the verifier where they ran
         logger.warning(tiers.environment_line(env))
-        return result
-    differ = tiers.mismatches(record.environment, env)
-    if differ:
-        raise CorunContractError(
-            f"--corun-decode-tiers {record.source} was verified in another environment ("
-            + "; ".join(differ) + "). Fix: run `corun-sglang verify-tiers` here, or drop --corun-decode-tiers"
-        )
+    for record, option, command in served:
+        differ = [] if record is None else tiers.mismatches(record.environment, env)
+        if differ:
+            raise CorunContractError(
+                f"{option} {record.source} was verified in another environment (" + "; ".join(differ)
+                + f"). Fix: run `corun-sglang {command}` here, or drop {option}"
+            )
     return result
 
 
@@ -119,15 +123,31 @@ def _reserved(req, page_size: int) -> int:
     )
 
 
+def _pack() -> tuple[int, int] | None:
+    """This server's prefill pack and shortest packable prompt, or None (isolated prefill)."""
+    args = _server_args()
+    if not _corun(args) or args.corun_config.prefill_pack is None:
+        return None
+    return args.corun_config.prefill_pack, args.corun_config.prefill_pack_shortest
+
+
+def _prompt(req) -> tuple[int, int]:
+    return len(req.origin_input_ids), len(req.prefix_indices)
+
+
 def add_one_req(original, self, req, *args, **kwargs):
-    """Admit a waiting request only under full-sequence admission (``policy.admits``)."""
+    """Admit a waiting request only under full-sequence admission (``policy.admits``), into an empty
+    prefill batch or, with a prefill pack, into one of packable prompts it fits (``packing.joins``)."""
     if not _serving_corun():
         return original(self, req, *args, **kwargs)
-    if self.can_run_list:  # this prefill batch is taken: SGLang's own limit refuses the request
+    pack = _pack()
+    if self.can_run_list and pack is None:  # this prefill batch is taken: SGLang's own limit refuses the request
         return original(self, req, *args, **kwargs)
     from sglang.srt.managers.schedule_policy import AddReqResult
 
-    running = [] if self.running_batch is None else self.running_batch.reqs
+    if self.can_run_list and not packing.joins([_prompt(r) for r in self.can_run_list], _prompt(req), *pack):
+        return AddReqResult.OTHER
+    running = [*([] if self.running_batch is None else self.running_batch.reqs), *self.can_run_list]
     if not policy.admits(
         candidate=_reserved(req, self.page_size),
         running=[_reserved(r, self.page_size) for r in running],
@@ -147,6 +167,66 @@ def retract_decode(original, self, server_args, *args, **kwargs):
             "Full-sequence admission should make this impossible; please report it"
         )
     return original(self, server_args, *args, **kwargs)
+
+
+# ----------------------------------------------------------------- packed prefill
+
+
+def prefill_graph_runner_init(result, self, model_runner, *args, **kwargs):
+    """After the prefill CUDA-graph runner is built: with a prefill pack, its smallest graph is the pack's."""
+    server_args = model_runner.server_args
+    pack = server_args.corun_config.prefill_pack if _corun(server_args) else None
+    if pack is not None and (not self.capture_num_tokens or self.capture_num_tokens[0] != pack):
+        raise CorunContractError(
+            f"prefill CUDA graphs resolved to token counts {list(self.capture_num_tokens)[:8]}...; a prefill "
+            f"pack of {pack} tokens needs {pack} as the smallest. Fix: drop --corun-prefill-pack, or raise "
+            "--chunked-prefill-size to at least the pack"
+        )
+    return result
+
+
+def prefill_replay(original, self, *args, **kwargs):
+    """A prefill of the shortest packable prompt's length up to the pack replays the pack's graph, however
+    far below it lies (SGLang pads at most twofold otherwise)."""
+    pack = _pack()
+    if pack is not None and kwargs.get("num_tokens") is not None:
+        kwargs["num_tokens"] = packing.replay_tokens(kwargs["num_tokens"], *pack)
+    return original(self, *args, **kwargs)
+
+
+def eager_prefill(original, self, forward_batch, *args, **kwargs):
+    """A prefill of fresh prompts that should replay the pack's graph never runs eagerly at its own size."""
+    pack = _pack()
+    if pack is not None:
+        tokens = len(forward_batch.input_ids)
+        prefixes = forward_batch.extend_prefix_lens_cpu or []
+        if packing.at_pack(tokens, *pack) and not any(prefixes):
+            raise CorunContractError(
+                f"a prefill of {forward_batch.batch_size} fresh prompts, {tokens} tokens, was about to run "
+                f"eagerly instead of replaying the {pack[0]}-token prefill graph"
+            )
+    return original(self, forward_batch, *args, **kwargs)
+
+
+def prefill_plan(original, self, *args, **kwargs):
+    """With a prefill pack, every FlashInfer prefill plan runs without split-KV: a plan's KV split then
+    follows no other request of its batch."""
+    if _pack() is None:
+        return original(self, *args, **kwargs)
+    bound = _signature(original).bind(self, *args, **kwargs)
+    wrappers = [w for w in (bound.arguments.get("wrapper_ragged"), bound.arguments.get("wrapper_paged"))
+                if w is not None]
+    own = [w.__dict__.get("begin_forward") for w in wrappers]  # an instance's own plan function, if any
+    for w in wrappers:
+        w.begin_forward = functools.partial(w.begin_forward, disable_split_kv=True)
+    try:
+        return original(self, *args, **kwargs)
+    finally:
+        for w, fn in zip(wrappers, own):
+            if fn is None:
+                del w.begin_forward
+            else:
+                w.begin_forward = fn
 
 
 # ----------------------------------------------------------------- fixed-shape decode

@@ -78,6 +78,33 @@ def _verify_tiers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify_prefill_pack(args: argparse.Namespace) -> int:
+    import shlex
+    from pathlib import Path
+
+    from corun_sglang import packing, verify_packing
+
+    found = packing.pack_problems(args.pack, None)
+    if found:
+        print(f"corun-sglang verify-prefill-pack: {'; '.join(found)}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    log = Path(args.log) if args.log else out.with_suffix(".server.log")
+    try:
+        record = verify_packing.verify(args.model_path, args.pack, out, log, shlex.split(args.server_args),
+                                       needles=args.needles, seed=args.seed, static_gb=args.static_gb)
+    except packing.PackingError as exc:  # the check ran and failed: no record is written
+        print(f"corun-sglang verify-prefill-pack: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the server or the probe failed: no record is written
+        print(f"corun-sglang verify-prefill-pack: could not complete the check: {exc} (server log: {log})",
+              file=sys.stderr)
+        return 2
+    print(verify_packing.render(record))
+    print(f"record: {out}; serve it with --corun --corun-prefill-pack {out}")
+    return 0
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from corun_sglang import doctor
 
@@ -142,6 +169,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="static GPU memory (weights + KV pool) for the server, GiB (default: SGLang's)")
     t.add_argument("--log", default=None, help="server log (default: next to --out)")
     t.set_defaults(func=_verify_tiers)
+
+    k = sub.add_parser(
+        "verify-prefill-pack",
+        help="check that prompts packed into one prefill of PACK tokens get the bits they get alone on this "
+        "GPU, and write the record --corun-prefill-pack serves",
+    )
+    k.add_argument("--model-path", required=True)
+    k.add_argument("--pack", type=int, required=True, help="prefill tokens of a pack, e.g. 1024")
+    k.add_argument("--out", required=True, help="the record to write (JSON)")
+    k.add_argument("--server-args", default="",
+                   help="further server options, as the serving command will pass them")
+    k.add_argument("--needles", type=int, default=4, help="needle prompts, short to long (default 4)")
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--static-gb", type=float, default=None,
+                   help="static GPU memory (weights + KV pool) for the server, GiB (default: SGLang's)")
+    k.add_argument("--log", default=None, help="server log (default: next to --out)")
+    k.set_defaults(func=_verify_prefill_pack)
 
     d = sub.add_parser(
         "doctor",

@@ -11,6 +11,8 @@ Invariants of a configuration that ``resolve()`` accepts:
   padding (a smaller batch replays the smallest graph that holds it);
 - prefill and decode never share a batch (no mixed chunk), and the radix cache
   is off (a cache hit would change the prefill shape of a request);
+- a prefill batch holds one request, or, with a prefill pack (``corun_sglang.packing``), packable
+  prompts only, on SGLang's breakable prefill graph, which captures no token count below the pack;
 - prefill and decode attention run on FlashInfer;
 - sampling runs on the ``corun`` backend (request-bound random draws);
 - SGLang's batch-invariant ops (``--enable-deterministic-inference``) stay off;
@@ -141,6 +143,32 @@ def _prefill_graph_unverified(args: Any) -> bool:
 
 #: The attribute of a server's args that holds its verified decode tiers record (``tiers.Record``).
 TIER_RECORD_ATTR = "_corun_tier_record"
+
+#: The attribute of a server's args that holds its verified prefill pack record (``packing.Record``).
+PACK_RECORD_ATTR = "_corun_pack_record"
+
+
+def prefill_pack(args: Any) -> int | None:
+    """The prefill pack size: a verified record's, or an unverified candidate's, or None (isolated prefill)."""
+    record = getattr(args, PACK_RECORD_ATTR, None)
+    if record is not None:
+        return record.pack
+    return getattr(args, "corun_prefill_pack_candidate", None) or None
+
+
+def _prefill_bs_conflict(args: Any) -> bool:
+    """Prefill graph token counts were given that capture a count below the pack."""
+    from corun_sglang.packing import graph_counts
+
+    pack = prefill_pack(args)
+    given = [args.cuda_graph_bs_prefill, _graph_json(args, "prefill").get("bs")]
+    return pack is not None and any(bs is not None and list(bs) != graph_counts(bs, pack) for bs in given)
+
+
+def _prefill_graph_off(args: Any) -> bool:
+    backend = getattr(args, "cuda_graph_backend_prefill", None) or _graph_json(args, "prefill").get("backend")
+    return bool(getattr(args, "disable_cuda_graph", False) or getattr(args, "disable_prefill_cuda_graph", False)
+                or backend == "disabled")
 
 
 def decode_tiers(args: Any) -> tuple[int, ...]:
@@ -296,8 +324,27 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal(
         "--prefill-max-requests",
         lambda a: a.prefill_max_requests not in (None, PREFILL_REQUESTS_PER_BATCH),
-        "isolated prefill runs exactly one request per prefill batch",
+        "isolated prefill runs exactly one request per prefill batch (a prefill pack decides which "
+        "prompts share one)",
         "drop --prefill-max-requests (or set it to 1)",
+    ),
+    Refusal(
+        "--corun-prefill-pack / --corun-prefill-pack-candidate",
+        lambda a: bool(getattr(a, "corun_prefill_pack", None)) and bool(getattr(a, "corun_prefill_pack_candidate", None)),
+        "a server packs either a verified pack size or a candidate for verification",
+        "pass only one of them",
+    ),
+    Refusal(
+        "--disable-prefill-cuda-graph / --cuda-graph-backend-prefill disabled (with a prefill pack)",
+        lambda a: prefill_pack(a) is not None and _prefill_graph_off(a),
+        "a prefill pack pads every packable prefill to the pack size in SGLang's breakable prefill graph",
+        "keep the prefill CUDA graph on, or drop the prefill pack",
+    ),
+    Refusal(
+        "--cuda-graph-bs-prefill (with a prefill pack)",
+        _prefill_bs_conflict,
+        "a prefill pack captures the pack size and SGLang's counts above it, no count below it",
+        "drop the prefill graph token counts",
     ),
     Refusal(
         "--enable-pdmux",
@@ -389,7 +436,7 @@ def defaults(args: Any) -> dict[str, Any]:
         "max_running_requests": n,
         "cuda_graph_bs_decode": decode_sizes(args),
         "cuda_graph_max_bs_decode": n,
-        "prefill_max_requests": PREFILL_REQUESTS_PER_BATCH,
+        "prefill_max_requests": PREFILL_REQUESTS_PER_BATCH if prefill_pack(args) is None else None,
         "disable_radix_cache": True,
         "attention_backend": ATTENTION_BACKEND,
         "sampling_backend": SAMPLING_BACKEND,
@@ -404,7 +451,7 @@ class CorunConfig:
     decode_batch_size: int
     decode_tiers: tuple[int, ...]
     decode_tiers_verified: bool
-    prefill_requests_per_batch: int
+    prefill_requests_per_batch: int | None
     prefill_graph: str
     chunked_prefill_size: int | None
     page_size: int
@@ -412,6 +459,17 @@ class CorunConfig:
     sampling_backend: str | None
     random_seed: int | None
     moe_padding: str = "compute"
+    prefill_pack: int | None = None
+    prefill_pack_shortest: int | None = None
+    prefill_pack_verified: bool = False
+
+    def _prefill(self) -> str:
+        if self.prefill_pack is None:
+            return f"prefill {self.prefill_requests_per_batch} request/batch"
+        verified = ("verified by --corun-prefill-pack" if self.prefill_pack_verified
+                    else "UNVERIFIED pack candidate, not deterministic")
+        return (f"prefill 1 request/batch or packed: prompts of {self.prefill_pack_shortest}-{self.prefill_pack} "
+                f"tokens at {self.prefill_pack} tokens ({verified})")
 
     def _graphs(self) -> str:
         if not self.decode_tiers:
@@ -424,7 +482,7 @@ class CorunConfig:
         """One log line with every shape decision."""
         return (
             f"corun: decode graph bs={[*self.decode_tiers, self.decode_batch_size]} ({self._graphs()}), "
-            f"prefill {self.prefill_requests_per_batch} request/batch (graph: {self.prefill_graph}), "
+            f"{self._prefill()} (graph: {self.prefill_graph}), "
             f"chunked_prefill_size={self.chunked_prefill_size}, page_size={self.page_size}, "
             f"attention={self.attention_backend} (no split-KV decode), "
             f"sampling={self.sampling_backend}, random_seed={self.random_seed}, "
@@ -463,11 +521,19 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
             f"prefill CUDA graph resolved to backend '{prefill_backend}', not one of "
             f"{sorted(PREFILL_GRAPH_BACKENDS)}"
         )
-    if args.prefill_max_requests != PREFILL_REQUESTS_PER_BATCH:
-        problems.append(
-            f"prefill_max_requests resolved to {args.prefill_max_requests}, not "
-            f"{PREFILL_REQUESTS_PER_BATCH}"
-        )
+    pack = prefill_pack(args)
+    wanted = PREFILL_REQUESTS_PER_BATCH if pack is None else None
+    if args.prefill_max_requests != wanted:
+        problems.append(f"prefill_max_requests resolved to {args.prefill_max_requests}, not {wanted}")
+    if pack is not None:
+        from corun_sglang.packing import graph_counts
+
+        prefill = args.cuda_graph_config.prefill
+        if prefill_backend != "breakable":
+            problems.append(f"a prefill pack needs the breakable prefill graph; it resolved to '{prefill_backend}'")
+        elif list(prefill.bs or []) != graph_counts(prefill.bs or [], pack):
+            problems.append(f"prefill CUDA graph token counts resolved to {prefill.bs}, not "
+                            f"{graph_counts(prefill.bs or [], pack)}")
     if not args.disable_radix_cache:
         problems.append("the radix cache is on; --corun needs it off (--disable-radix-cache)")
     if args.sampling_backend != SAMPLING_BACKEND:
@@ -489,8 +555,10 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
     return problems
 
 
-def resolve(args: Any, attention_backends: tuple[str, str]) -> CorunConfig:
-    """The frozen configuration of a resolved ``args``; raises ``CorunConfigError`` if any check fails."""
+def resolve(args: Any, attention_backends: tuple[str, str], shortest: int | None = None) -> CorunConfig:
+    """The frozen configuration of a resolved ``args``; raises ``CorunConfigError`` if any check fails.
+
+    ``shortest`` is the prefill pack's shortest packable prompt (``packing.shortest``) where it packs."""
     problems = violations(args, attention_backends)
     if problems:
         raise CorunConfigError(problems)
@@ -498,7 +566,7 @@ def resolve(args: Any, attention_backends: tuple[str, str]) -> CorunConfig:
         decode_batch_size=args.max_running_requests,
         decode_tiers=decode_tiers(args),
         decode_tiers_verified=getattr(args, TIER_RECORD_ATTR, None) is not None,
-        prefill_requests_per_batch=PREFILL_REQUESTS_PER_BATCH,
+        prefill_requests_per_batch=PREFILL_REQUESTS_PER_BATCH if prefill_pack(args) is None else None,
         prefill_graph=args.cuda_graph_config.prefill.backend,
         chunked_prefill_size=args.chunked_prefill_size,
         page_size=args.page_size,
@@ -506,4 +574,7 @@ def resolve(args: Any, attention_backends: tuple[str, str]) -> CorunConfig:
         sampling_backend=args.sampling_backend,
         random_seed=args.random_seed,
         moe_padding=moe_padding(args),
+        prefill_pack=prefill_pack(args),
+        prefill_pack_shortest=shortest,
+        prefill_pack_verified=getattr(args, PACK_RECORD_ATTR, None) is not None,
     )

@@ -61,6 +61,27 @@ HOOKS: tuple[Hook, ...] = (
         HookType.AROUND,
         "corun_sglang.adapters:add_one_req",
     ),
+    # packed prefill (--corun-prefill-pack)
+    Hook(
+        "sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner.__init__",
+        HookType.AFTER,
+        "corun_sglang.adapters:prefill_graph_runner_init",
+    ),
+    Hook(
+        "sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner.can_replay_locally",
+        HookType.AROUND,
+        "corun_sglang.adapters:prefill_replay",
+    ),
+    Hook(
+        "sglang.srt.model_executor.runner.eager_runner.EagerRunner._execute_extend",
+        HookType.AROUND,
+        "corun_sglang.adapters:eager_prefill",
+    ),
+    Hook(
+        "sglang.srt.layers.attention.flashinfer_backend.FlashInferIndicesUpdaterPrefill.call_begin_forward",
+        HookType.AROUND,
+        "corun_sglang.adapters:prefill_plan",
+    ),
     Hook(
         "sglang.srt.managers.schedule_batch.ScheduleBatch.retract_decode",
         HookType.AROUND,

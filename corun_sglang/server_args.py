@@ -24,7 +24,7 @@ from typing import Literal, Optional
 from sglang.srt.arg_groups.arg_utils import A
 from sglang.srt.server_args import ServerArgs as SGLangServerArgs
 
-from corun_sglang import config, tiers
+from corun_sglang import config, packing, tiers
 from corun_sglang.startup import problems as startup_problems
 
 logger = logging.getLogger(__name__)
@@ -57,6 +57,18 @@ class CorunServerArgs(SGLangServerArgs):
         "For `corun-sglang verify-tiers` only: with --corun, also capture these decode graph sizes "
         "(comma-separated, below N) unverified. Outputs are NOT deterministic.",
     ] = None
+    corun_prefill_pack: A[
+        Optional[str],
+        "With --corun: a prefill pack record written by `corun-sglang verify-prefill-pack` on this "
+        "model, GPU and software. Short fresh prompts then share prefill iterations: each runs in a "
+        "prefill padded to the record's pack size, alone or packed, with the same tokens and logprobs. "
+        "A record from another environment refuses to start.",
+    ] = None
+    corun_prefill_pack_candidate: A[
+        Optional[int],
+        "For `corun-sglang verify-prefill-pack` only: with --corun, pack prefills at this token count "
+        "unverified. Outputs are NOT deterministic.",
+    ] = None
     corun_moe_padding: A[
         Literal["auto", "compute", "skip"],
         "With --corun, on an MoE model: what the padding rows of a decode CUDA graph (the slots no "
@@ -71,6 +83,11 @@ class CorunServerArgs(SGLangServerArgs):
         if not self.corun and self.corun_moe_padding != "auto":
             raise config.CorunConfigError(
                 ["--corun-moe-padding: part of --corun. Fix: add --corun, or drop --corun-moe-padding"]
+            )
+        if not self.corun and (self.corun_prefill_pack or self.corun_prefill_pack_candidate):
+            raise config.CorunConfigError(
+                ["--corun-prefill-pack / --corun-prefill-pack-candidate: packed prefill is part of --corun. "
+                 "Fix: add --corun, or drop them"]
             )
         if not self.corun and (self.corun_decode_tiers or self.corun_decode_tier_candidates):
             raise config.CorunConfigError(
@@ -89,7 +106,7 @@ class CorunServerArgs(SGLangServerArgs):
                 ["--corun-ablation: a benchmarking subset of --corun. Fix: pass only one of them"]
             )
         env, conflicts = config.collective_env(self, os.environ)
-        problems = startup_problems() + self._tier_problems() + conflicts
+        problems = startup_problems() + self._tier_problems() + self._pack_problems() + conflicts
         problems += config.refusals(self)
         if problems:
             raise config.CorunConfigError(problems)
@@ -97,7 +114,7 @@ class CorunServerArgs(SGLangServerArgs):
         for name, value in config.defaults(self).items():
             setattr(self, name, value)
         super().__post_init__()
-        self._corun_config = config.resolve(self, self.get_attention_backends())
+        self._corun_config = config.resolve(self, self.get_attention_backends(), self._pack_graphs())
         logger.info(self._corun_config.summary())
 
     def _tier_problems(self) -> list[str]:
@@ -122,6 +139,46 @@ class CorunServerArgs(SGLangServerArgs):
         except tiers.TiersError as exc:
             return [str(exc)]
         return []
+
+    def _pack_problems(self) -> list[str]:
+        """Load ``--corun-prefill-pack`` (or take the candidate); what keeps the pack from being served."""
+        setattr(self, config.PACK_RECORD_ATTR, None)
+        try:
+            if self.corun_prefill_pack:
+                record = packing.load(self.corun_prefill_pack)
+                found = packing.pack_problems(record.pack, self.chunked_prefill_size)
+                if found:
+                    return [f"--corun-prefill-pack {self.corun_prefill_pack}: {p}. Fix: run "
+                            "`corun-sglang verify-prefill-pack` with a smaller pack" for p in found]
+                setattr(self, config.PACK_RECORD_ATTR, record)
+            elif self.corun_prefill_pack_candidate:
+                found = packing.pack_problems(self.corun_prefill_pack_candidate, self.chunked_prefill_size)
+                if found:
+                    return [f"--corun-prefill-pack-candidate: {p}. Fix: choose another pack" for p in found]
+                logger.warning("corun prefill pack candidate %s: unverified, outputs are NOT deterministic",
+                               self.corun_prefill_pack_candidate)
+        except packing.PackingError as exc:
+            return [str(exc)]
+        return []
+
+    def _pack_graphs(self) -> int | None:
+        """With a prefill pack: capture no prefill graph below it; its shortest packable prompt (or None)."""
+        pack = config.prefill_pack(self)
+        if pack is None:
+            return None
+        prefill = self.cuda_graph_config.prefill
+        if prefill.backend == "breakable":
+            prefill.bs = packing.graph_counts(prefill.bs or [], pack)
+            prefill.max_bs = prefill.bs[-1]
+        model = self.get_model_config()
+        least = packing.shortest(model.num_attention_heads, model.num_key_value_heads)
+        record = getattr(self, config.PACK_RECORD_ATTR, None)
+        if record is not None and record.shortest != least:
+            raise config.CorunConfigError(
+                [f"--corun-prefill-pack {record.source}: verified with prompts from {record.shortest} tokens; "
+                 f"this model packs prompts from {least}. Fix: run `corun-sglang verify-prefill-pack` "
+                 "with this model"])
+        return least
 
     @property
     def corun_config(self) -> config.CorunConfig:

@@ -36,7 +36,8 @@ BLAS_ENV = ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE")
 #: Model config keys that name or date a checkpoint without changing what it computes.
 _NOT_THE_MODEL = ("_name_or_path", "name_or_path", "transformers_version", "_commit_hash")
 
-#: The server log line prefix that carries a candidate server's environment to ``verify-tiers``.
+#: The server log line prefix that carries a candidate server's environment to ``verify-tiers`` and
+#: ``verify-prefill-pack``.
 ENVIRONMENT_LOG = "corun decode tiers environment: "
 
 
@@ -172,5 +173,5 @@ def environment_from_log(text: str) -> dict[str, Any]:
         at = line.find(ENVIRONMENT_LOG)
         if at >= 0:
             return json.loads(line[at + len(ENVIRONMENT_LOG):])
-    raise TiersError("the server logged no decode tiers environment: was it started with "
-                     "--corun --corun-decode-tier-candidates?")
+    raise TiersError("the server logged no environment: was it started with --corun and "
+                     "--corun-decode-tier-candidates or --corun-prefill-pack-candidate?")

@@ -371,3 +371,146 @@ def test_fused_moe_filters_unrouted_blocks_where_padding_skips_the_experts(moe_p
     required = {n: None for n, p in params.items() if p.default is inspect.Parameter.empty}
     adapters.fused_moe_filter(original, **{**required, "filter_expert": False})
     assert seen["filter_expert"] is (moe_padding_mode == "skip")
+
+
+# ----------------------------------------------------------------- packed prefill
+
+PACK = 256  # the tiny model packs prompts of 33 to 256 tokens (4 query heads on 2 KV heads)
+
+
+@pytest.fixture
+def packing_args(make_args):
+    """Publish ``--corun --corun-prefill-pack-candidate 256`` (or plain ``--corun`` with ``pack=False``)."""
+    def publish_args(pack: bool = True):
+        args = make_args(corun=True, corun_prefill_pack_candidate=PACK if pack else None)
+        publish(args, role="scheduler")
+        return args
+
+    return publish_args
+
+
+def _packing_adder(pool_tokens, running=(), chunk=4096):
+    adder, cache = _adder(pool_tokens, list(running), chunk=chunk)
+    adder.prefill_max_requests = None  # what --corun resolves with a prefill pack
+    return adder, cache
+
+
+def test_packable_prompts_share_a_prefill_up_to_the_pack(packing_args):
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    assert packing_args().prefill_max_requests is None
+    adder, cache = _packing_adder(100_000)
+    for rid, n in enumerate((40, 100, 100)):
+        assert adder.add_one_req(_req(rid, n, 10, cache), False, None) is AddReqResult.CONTINUE
+    assert adder.add_one_req(_req(3, 40, 10, cache), False, None) is AddReqResult.OTHER  # 280 > 256
+    assert adder.add_one_req(_req(4, 16, 10, cache), False, None) is AddReqResult.OTHER  # shorter than 33
+    assert [len(r.origin_input_ids) for r in adder.can_run_list] == [40, 100, 100]
+
+    alone, cache = _packing_adder(100_000)
+    assert alone.add_one_req(_req(5, 300, 10, cache), False, None) is AddReqResult.CONTINUE
+    assert alone.add_one_req(_req(6, 40, 10, cache), False, None) is AddReqResult.OTHER  # 300 is not packable
+
+    packing_args(pack=False)  # isolated prefill: one request, whatever its length
+    single, cache = _adder(100_000, [])
+    assert single.add_one_req(_req(7, 40, 10, cache), False, None) is AddReqResult.CONTINUE
+    assert single.add_one_req(_req(8, 40, 10, cache), False, None) is AddReqResult.OTHER
+
+
+def test_a_chunked_prompt_packs_nothing_with_it(packing_args):
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    packing_args()
+    first, cache = _packing_adder(10_000, chunk=256)
+    long = _req(1, 1000, 10, cache)
+    first.add_one_req(long, False, None)
+    assert first.new_chunked_req is long
+    nxt, cache2 = _packing_adder(10_000, chunk=256)
+    nxt.add_chunked_req(long)
+    assert nxt.add_one_req(_req(2, 40, 10, cache2), True, None) is AddReqResult.OTHER
+
+
+def test_admission_reserves_the_whole_sequences_of_prompts_already_packed(packing_args):
+    """Pool 400: two packed prompts of 40 + 100 new tokens reserve 282 tokens; a third (40 + 100) does not fit."""
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    packing_args()
+    adder, cache = _packing_adder(400)
+    assert adder.add_one_req(_req(1, 40, 100, cache), False, None) is AddReqResult.CONTINUE
+    assert adder.add_one_req(_req(2, 40, 100, cache), False, None) is AddReqResult.CONTINUE
+    assert adder.add_one_req(_req(3, 40, 100, cache), False, None) is AddReqResult.NO_TOKEN
+
+
+@pytest.mark.parametrize("tokens,replayed", [(33, PACK), (200, PACK), (PACK, PACK), (32, 32), (300, 300)])
+def test_a_packable_prefill_replays_the_packs_graph_from_far_below(packing_args, tokens, replayed):
+    def original(self, *, num_tokens, **kwargs):
+        return num_tokens
+
+    packing_args()
+    assert adapters.prefill_replay(original, "runner", num_tokens=tokens, return_logprob=True) == replayed
+    packing_args(pack=False)
+    assert adapters.prefill_replay(original, "runner", num_tokens=tokens, return_logprob=True) == tokens
+
+
+def _extend(tokens, prefixes):
+    return types.SimpleNamespace(input_ids=torch.zeros(tokens, dtype=torch.long), extend_prefix_lens_cpu=prefixes,
+                                 batch_size=len(prefixes))
+
+
+def test_a_packable_prefill_never_runs_eagerly(packing_args):
+    def original(self, forward_batch):
+        return "eager"
+
+    packing_args()
+    with pytest.raises(adapters.CorunContractError, match="3 fresh prompts, 200 tokens.*256-token prefill graph"):
+        adapters.eager_prefill(original, "runner", _extend(200, [0, 0, 0]))
+    with pytest.raises(adapters.CorunContractError, match="1 fresh prompts, 256 tokens"):
+        adapters.eager_prefill(original, "runner", _extend(PACK, [0]))
+    assert adapters.eager_prefill(original, "runner", _extend(200, [300])) == "eager"  # a later chunk, alone
+    assert adapters.eager_prefill(original, "runner", _extend(20, [0])) == "eager"  # shorter than 33
+    assert adapters.eager_prefill(original, "runner", _extend(1000, [0])) == "eager"
+    packing_args(pack=False)
+    assert adapters.eager_prefill(original, "runner", _extend(200, [0, 0, 0])) == "eager"
+
+
+class _Wrapper:
+    """Stands in for a FlashInfer prefill wrapper: records the keywords its plan gets."""
+
+    def __init__(self):
+        self.planned = []
+
+    def begin_forward(self, *args, **kwargs):
+        self.planned.append(kwargs)
+
+
+def test_prefill_plans_run_without_split_kv_under_a_pack(packing_args):
+    from sglang.srt.layers.attention.flashinfer_backend import FlashInferIndicesUpdaterPrefill
+
+    real = FlashInferIndicesUpdaterPrefill.call_begin_forward
+    while hasattr(real, "__wrapped__"):
+        real = real.__wrapped__
+
+    def original(self, wrapper_ragged, wrapper_paged, *args, **kwargs):
+        wrapper_ragged.begin_forward("qo", "kv")
+        wrapper_paged.begin_forward("qo", "kv", fixed_split_size=None)
+
+    original.__signature__ = __import__("inspect").signature(real)
+    ragged, paged = _Wrapper(), _Wrapper()
+    call = ("updater", ragged, paged, "idx", "lens", 7, "seq", None, "start", "indptr", "qo", True, None)
+    packing_args()
+    adapters.prefill_plan(original, *call)
+    assert ragged.planned == [{"disable_split_kv": True}]
+    assert paged.planned == [{"disable_split_kv": True, "fixed_split_size": None}]
+    assert "begin_forward" not in vars(ragged) and "begin_forward" not in vars(paged)  # the methods are back
+    packing_args(pack=False)
+    adapters.prefill_plan(original, *call)
+    assert ragged.planned[-1] == {} and paged.planned[-1] == {"fixed_split_size": None}
+
+
+def test_the_prefill_graphs_start_at_the_pack(packing_args):
+    runner = types.SimpleNamespace(server_args=packing_args())
+    assert adapters.prefill_graph_runner_init("built", types.SimpleNamespace(capture_num_tokens=[256, 512]),
+                                              runner) == "built"
+    with pytest.raises(adapters.CorunContractError, match="needs 256 as the smallest"):
+        adapters.prefill_graph_runner_init("built", types.SimpleNamespace(capture_num_tokens=[64, 256]), runner)
+    plain = types.SimpleNamespace(server_args=packing_args(pack=False))
+    assert adapters.prefill_graph_runner_init("built", types.SimpleNamespace(capture_num_tokens=[64]), plain) == "built"

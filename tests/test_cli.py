@@ -65,3 +65,11 @@ def test_verify_tiers_refuses_bad_candidates_before_starting_a_server(candidates
     out = tmp_path / "tiers.json"
     code = cli.main(["verify-tiers", "--model-path", str(tmp_path), "--candidates", candidates, "--out", str(out)])
     assert code == 2 and says in capsys.readouterr().err and not out.exists()
+
+
+def test_verify_prefill_pack_refuses_a_bad_pack_before_starting_a_server(tmp_path, capsys):
+    from corun_sglang import cli
+
+    out = tmp_path / "pack.json"
+    code = cli.main(["verify-prefill-pack", "--model-path", str(tmp_path), "--pack", "64", "--out", str(out)])
+    assert code == 2 and "below 128" in capsys.readouterr().err and not out.exists()

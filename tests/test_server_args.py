@@ -100,6 +100,57 @@ def test_tier_candidates_are_captured_unverified(parse):
         parse("--corun", "--corun-decode-tier-candidates", "64,x")
 
 
+def _pack_record(tmp_path, pack=1024, shortest=33):
+    from corun_sglang.packing import Record
+
+    path = tmp_path / "pack.json"
+    path.write_text(json.dumps(Record(pack=pack, shortest=shortest, environment={"gpu": "NVIDIA H200"}).to_json()))
+    return str(path)
+
+
+def test_a_prefill_pack_captures_no_prefill_graph_below_it_and_lifts_the_one_request_limit(parse, tmp_path):
+    plain = parse("--corun").cuda_graph_config.prefill.bs
+    args = parse("--corun", "--corun-prefill-pack", _pack_record(tmp_path))
+    assert args.cuda_graph_config.prefill.bs == [1024] + [c for c in plain if c > 1024]
+    assert args.cuda_graph_config.prefill.max_bs == args.cuda_graph_config.prefill.bs[-1]
+    assert args.prefill_max_requests is None
+    cfg = args.corun_config
+    # the tiny model's 4 query heads share 2 KV heads: 33 prompt tokens give 66 packed query rows
+    assert (cfg.prefill_pack, cfg.prefill_pack_shortest, cfg.prefill_pack_verified) == (1024, 33, True)
+    assert "prompts of 33-1024 tokens at 1024 tokens (verified" in cfg.summary()
+    assert getattr(pickle.loads(pickle.dumps(args)), config.PACK_RECORD_ATTR).pack == 1024
+    candidate = parse("--corun", "--corun-prefill-pack-candidate", "512")
+    assert candidate.cuda_graph_config.prefill.bs[0] == 512 and "UNVERIFIED pack" in candidate.corun_config.summary()
+    assert parse("--corun").corun_config.prefill_pack is None
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--corun-prefill-pack-candidate", "1024"], "add --corun"),
+    (["--corun", "--corun-prefill-pack-candidate", "1024", "--disable-prefill-cuda-graph"], "breakable prefill graph"),
+    (["--corun", "--corun-prefill-pack-candidate", "1024", "--cuda-graph-bs-prefill", "64", "1024"],
+     "--cuda-graph-bs-prefill"),
+    (["--corun", "--corun-prefill-pack-candidate", "4096", "--chunked-prefill-size", "2048"],
+     "exceeds --chunked-prefill-size 2048"),
+    (["--corun", "--corun-prefill-pack-candidate", "64"], "below 128"),
+    (["--corun", "--corun-prefill-pack-candidate", "1024", "--prefill-max-requests", "8"], "--prefill-max-requests"),
+])
+def test_prefill_pack_refusals(parse, argv, match):
+    with pytest.raises(config.CorunConfigError, match=match):
+        parse(*argv)
+
+
+def test_a_prefill_pack_record_of_another_model_or_unreadable_refuses_to_start(parse, tmp_path):
+    with pytest.raises(config.CorunConfigError, match="verified with prompts from 9 tokens.*from 33"):
+        parse("--corun", "--corun-prefill-pack", _pack_record(tmp_path, shortest=9))
+    with pytest.raises(config.CorunConfigError, match="cannot read it.*verify-prefill-pack"):
+        parse("--corun", "--corun-prefill-pack", str(tmp_path / "missing.json"))
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(config.CorunConfigError, match="not a prefill pack record"):
+        parse("--corun", "--corun-prefill-pack", str(tmp_path / "bad.json"))
+    with pytest.raises(config.CorunConfigError, match="pass only one"):
+        parse("--corun", "--corun-prefill-pack", _pack_record(tmp_path), "--corun-prefill-pack-candidate", "1024")
+
+
 def test_moe_padding_rows_skip_the_experts_only_under_corun(parse):
     args = parse("--corun")  # auto, on the runner SGLang resolves (Triton kernels, unquantized)
     assert args.corun_moe_padding == "auto" and args.moe_runner_backend == "auto"
@@ -226,6 +277,7 @@ def test_without_corun_resolution_is_sglangs_own(sglang_plugins, tiny_model, arg
     assert ours.pop("corun_ablation") is None
     assert ours.pop("corun_decode_tiers") is None and ours.pop("corun_decode_tier_candidates") is None
     assert ours.pop("corun_moe_padding") == "auto"
+    assert ours.pop("corun_prefill_pack") is None and ours.pop("corun_prefill_pack_candidate") is None
     assert ours == theirs
 
 

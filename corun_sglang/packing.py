@@ -1,0 +1,121 @@
+"""Packed prefill: short fresh prompts share one prefill of exactly ``pack`` tokens.
+
+Isolated prefill gives a request's prefill a shape that depends on the request alone. Packed prefill
+(``--corun-prefill-pack``) keeps that for short prompts by giving every one of them the same shape: a
+*packable* prompt (no prefix, that is its first and only chunk, of ``shortest`` to ``pack`` tokens)
+always runs in a prefill of exactly ``pack`` tokens, alone or with other packable prompts. SGLang's
+breakable prefill CUDA graph pads the prefill to ``pack`` tokens; FlashInfer plans its attention
+without split-KV. docs/prefill_packing.md gives the measurements this rests on.
+
+Invariants:
+- a prefill batch of two or more requests holds packable prompts only, ``pack`` tokens at most in all
+  (``joins``); every other prefill holds one request, as under isolated prefill;
+- every prefill of ``shortest`` to ``pack`` tokens replays the prefill graph of ``pack`` tokens
+  (``replay_tokens``; ``graph_counts`` captures no count below ``pack``);
+- ``shortest`` keeps a packed batch's mean packed query length (prompt tokens times the GQA group)
+  above ``QUERY_TILE_ROWS``, where FlashInfer's prefill plan picks its widest query tile: the tile
+  is the same for a packable prompt alone and packed;
+- a server packs only with a ``Record`` that ``corun-sglang verify-prefill-pack`` wrote in an
+  environment equal to its own (``corun_sglang.tiers.environment``), or, unverified and making no
+  determinism promise, for that verification (``--corun-prefill-pack-candidate``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+#: FlashInfer's ``FA2DetermineCtaTileQ``: above this mean packed query length a prefill plan takes
+#: its 128-row query tile (head dims below 256), at or below it a narrower one.
+QUERY_TILE_ROWS = 64
+
+#: Pack sizes below this would leave too little room to pack (and ``shortest`` can reach 65 tokens).
+MIN_PACK = 128
+
+
+class PackingError(ValueError):
+    """A pack size or record that cannot be served; the message names the cause and the fix."""
+
+
+def shortest(num_attention_heads: int, num_key_value_heads: int) -> int:
+    """The fewest prompt tokens a packable prompt has: its packed query length exceeds ``QUERY_TILE_ROWS``."""
+    group = max(1, num_attention_heads // max(1, num_key_value_heads))
+    return QUERY_TILE_ROWS // group + 1
+
+
+def packable(prompt_len: int, prefix_len: int, pack: int, least: int) -> bool:
+    """Whether a prompt runs at ``pack`` tokens and may share its prefill: fresh, ``least`` to ``pack`` tokens."""
+    return prefix_len == 0 and least <= prompt_len <= pack
+
+
+def joins(batch: Iterable[tuple[int, int]], candidate: tuple[int, int], pack: int, least: int) -> bool:
+    """Whether ``candidate`` may join a non-empty prefill ``batch``; each is ``(prompt_len, prefix_len)``.
+
+    Only when it and every request already there are packable and their prompts fit ``pack`` tokens.
+    """
+    batch = list(batch)
+    every = [*batch, candidate]
+    return bool(batch) and all(packable(n, p, pack, least) for n, p in every) and sum(n for n, _ in every) <= pack
+
+
+def graph_counts(counts: Iterable[int], pack: int) -> list[int]:
+    """The prefill graph token counts to capture: ``pack``, then SGLang's counts above it (none below it)."""
+    return [pack] + sorted({int(c) for c in counts if int(c) > pack})
+
+
+def at_pack(num_tokens: int, pack: int, least: int) -> bool:
+    """Whether a prefill of ``num_tokens`` runs at ``pack`` tokens: from ``least`` up to ``pack``."""
+    return least <= num_tokens <= pack
+
+
+def replay_tokens(num_tokens: int, pack: int, least: int) -> int:
+    """The token count a prefill of ``num_tokens`` replays at (``pack`` where ``at_pack``)."""
+    return pack if at_pack(num_tokens, pack, least) else num_tokens
+
+
+def pack_problems(pack: int, chunked_prefill_size: int | None) -> list[str]:
+    """What keeps ``pack`` from being served with this chunk size (empty: nothing)."""
+    out = []
+    if pack < MIN_PACK:
+        out.append(f"a pack of {pack} tokens is below {MIN_PACK}")
+    if chunked_prefill_size is not None and 0 < chunked_prefill_size < pack:
+        out.append(f"a pack of {pack} tokens exceeds --chunked-prefill-size {chunked_prefill_size}, "
+                   "so a packable prompt could be chunked")
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """A ``verify-prefill-pack`` result: ``pack`` and ``shortest`` verified in ``environment``.
+
+    ``needles`` maps each needle's prompt length to the packings it was checked in; every one gave
+    the needle the bits it has alone.
+    """
+
+    pack: int
+    shortest: int
+    environment: Mapping[str, Any]
+    needles: Mapping[int, int] = dataclasses.field(default_factory=dict)
+    source: str = ""
+
+    def to_json(self) -> dict:
+        return {"pack": self.pack, "shortest": self.shortest, "environment": dict(self.environment),
+                "needles": {str(k): v for k, v in sorted(self.needles.items())}}
+
+
+def load(path: str | Path) -> Record:
+    """The record in ``path``; ``PackingError`` naming the file, the cause and the fix."""
+    fix = "write it with `corun-sglang verify-prefill-pack` on this machine, or drop --corun-prefill-pack"
+    try:
+        data = json.loads(Path(path).read_text())
+        record = Record(pack=int(data["pack"]), shortest=int(data["shortest"]),
+                        environment=dict(data["environment"]),
+                        needles={int(k): int(v) for k, v in (data.get("needles") or {}).items()},
+                        source=str(path))
+    except OSError as exc:
+        raise PackingError(f"--corun-prefill-pack {path}: cannot read it ({exc.strerror}). Fix: {fix}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PackingError(f"--corun-prefill-pack {path}: not a prefill pack record ({exc}). Fix: {fix}") from None
+    return record

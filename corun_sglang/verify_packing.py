@@ -1,0 +1,165 @@
+"""``corun-sglang verify-prefill-pack``: whether a packed prefill gives a prompt the bits it has alone.
+
+A ``--corun`` server started with ``--corun-prefill-pack-candidate P`` packs unverified. For each
+needle (a seeded prompt; lengths from the shortest packable prompt up to P less that), the probe
+takes its generation alone, a prefill padded to P, then inside packings: one batched ``/generate``
+call of the needle and co-runners that fill the pack (co-runners of the shortest packable length,
+one long co-runner, random lengths; the needle first, last or in the middle). A packing counts when
+the server logged it as one prefill batch of all its requests. Every generation is greedy, with the
+logprob of every prompt position and of a few new tokens, so a different prefill shows in the prompt
+logprobs and a different KV cache in the new tokens.
+
+The pack is verified when, for every needle, at least one packing counted and every counted packing
+equals the needle alone bit for bit. The record (``packing.Record``) carries the environment the
+server logged, which a server serving it must match.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from corun_sglang import packing
+from corun_sglang.compare import Generation, first_divergence
+
+#: Token ids drawn for prompts stay in [FIRST_TOKEN, vocab).
+FIRST_TOKEN = 100
+
+#: SGLang's log line for a prefill batch: its requests and new tokens.
+PREFILL_LOG = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+)")
+
+#: Co-runners per packing at most.
+MAX_CORUNNERS = 63
+
+#: A batched call's prompts (each a token-id list) -> each prompt's generation, and the prefill
+#: batches ``(requests, tokens)`` the server logged for the call.
+Sender = Callable[[list[list[int]]], tuple[list[Generation], list[tuple[int, int]]]]
+
+
+def needle_lengths(pack: int, least: int, count: int = 4) -> list[int]:
+    """``count`` needle lengths, log-spaced from ``least`` to ``pack - least`` (room for one co-runner)."""
+    top = pack - least
+    return sorted({round(least * (top / least) ** (i / max(1, count - 1))) for i in range(count)})
+
+
+def packings(needle_len: int, pack: int, least: int, rnd: random.Random) -> list[tuple[str, list[int]]]:
+    """(name, lengths) of each packing of ``needle_len`` into ``pack`` tokens, the needle marked ``-1``;
+    every co-runner is packable, and the lengths sum to ``pack`` at most."""
+    room = pack - needle_len
+    if room < least:
+        return []
+    short = [least] * min(MAX_CORUNNERS, room // least)
+    randoms = []
+    while room - sum(randoms) >= least and len(randoms) < MAX_CORUNNERS:
+        randoms.append(rnd.randint(least, min(room - sum(randoms), max(least, room // 2))))
+    middle = len(randoms) // 2
+    return [
+        ("short-first", [-1, *short]),
+        ("short-last", [*short, -1]),
+        ("long-last", [room, -1]),
+        ("random-middle", [*randoms[:middle], -1, *randoms[middle:]]),
+    ]
+
+
+def _prompt(rnd: random.Random, length: int, vocab: int) -> list[int]:
+    return [rnd.randrange(FIRST_TOKEN, vocab) for _ in range(length)]
+
+
+def generation(meta: Mapping) -> Generation:
+    """A reply's prompt logprobs (from the second position) followed by its new tokens."""
+    prompt = [step for step in meta["input_token_logprobs"] if step[0] is not None]
+    steps = [*prompt, *meta["output_token_logprobs"]]
+    return Generation.of([s[1] for s in steps], [s[0] for s in steps])
+
+
+def http_sender(url: str, log: Path, new_tokens: int = 4, timeout: float = 600) -> Sender:
+    """Send one batched ``/generate`` call; read the prefill batches the server logged for it."""
+    import httpx
+
+    def send(prompts: list[list[int]]) -> tuple[list[Generation], list[tuple[int, int]]]:
+        seen = len(log.read_text(errors="replace"))
+        body = {"input_ids": prompts, "return_logprob": True, "logprob_start_len": 0,
+                "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}}
+        reply = httpx.post(url + "/generate", json=body, timeout=timeout)
+        reply.raise_for_status()
+        time.sleep(0.5)  # the scheduler's log line follows the reply
+        batches = [(int(a), int(b)) for a, b in PREFILL_LOG.findall(log.read_text(errors="replace")[seen:])]
+        return [generation(r["meta_info"]) for r in reply.json()], batches
+
+    return send
+
+
+def probe(send: Sender, pack: int, least: int, vocab: int, needles: int = 4, seed: int = 0) -> dict[int, dict]:
+    """Per needle length: its packings that counted, and those whose needle differs from it alone
+    (name -> first differing position)."""
+    rnd = random.Random(seed)
+    found = {}
+    for length in needle_lengths(pack, least, needles):
+        needle = _prompt(rnd, length, vocab)
+        (alone,), _ = send([needle])
+        counted, differ = [], {}
+        for name, lengths in packings(length, pack, least, rnd):
+            prompts = [needle if n == -1 else _prompt(rnd, n, vocab) for n in lengths]
+            outs, batches = send(prompts)
+            if batches != [(len(prompts), sum(len(p) for p in prompts))]:
+                continue  # not one prefill batch: proves nothing either way
+            counted.append(name)
+            step = first_divergence(alone, outs[lengths.index(-1)])
+            if step is not None:
+                differ[name] = step
+        found[length] = {"counted": counted, "differ": differ}
+    return found
+
+
+def failures(found: Mapping[int, dict]) -> list[str]:
+    """What keeps a probe's result from verifying the pack (empty: verified)."""
+    out = []
+    for length, got in sorted(found.items()):
+        if not got["counted"]:
+            out.append(f"a {length}-token needle never ran packed in one prefill batch")
+        for name, step in sorted(got["differ"].items()):
+            out.append(f"a {length}-token needle packed {name} first differs from it alone at position {step}")
+    return out
+
+
+def model_heads(model_path: str) -> tuple[int, int, int]:
+    """(attention heads, KV heads, vocabulary size) from ``model_path``/config.json."""
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    config = config.get("text_config", config)
+    heads = int(config["num_attention_heads"])
+    return heads, int(config.get("num_key_value_heads") or heads), int(config.get("vocab_size", 32000))
+
+
+def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequence[str] = (), needles: int = 4,
+           seed: int = 0, static_gb: float | None = None) -> packing.Record:
+    """Start a candidate server, probe it, write the record to ``out`` and return it; ``PackingError``
+    (no record written) when the pack does not verify."""
+    from corun_sglang import tiers
+    from corun_sglang.launch import Server
+
+    heads, kv_heads, vocab = model_heads(model_path)
+    least = packing.shortest(heads, kv_heads)
+    args = ["--corun", "--corun-prefill-pack-candidate", str(pack), *server_args]
+    server = Server(model_path, args, log, static_gb=static_gb)
+    try:
+        environment = tiers.environment_from_log(server.log_text())
+        found = probe(http_sender(server.url, log), pack, least, vocab, needles=needles, seed=seed)
+    finally:
+        server.stop()
+    problems = failures(found)
+    if problems:
+        raise packing.PackingError(f"a pack of {pack} tokens does not verify here: " + "; ".join(problems))
+    record = packing.Record(pack=pack, shortest=least, environment=environment,
+                            needles={n: len(got["counted"]) for n, got in found.items()}, source=str(out))
+    out.write_text(json.dumps(record.to_json(), indent=1) + "\n")
+    return record
+
+
+def render(record: packing.Record) -> str:
+    needles = ", ".join(f"{n} tokens in {k} packings" for n, k in sorted(record.needles.items()))
+    return (f"prefill pack verified: prompts of {record.shortest} to {record.pack} tokens run at {record.pack} "
+            f"tokens, alone or packed, with the same bits (needles: {needles})")

@@ -1,0 +1,98 @@
+"""Packed prefill on a GPU, end to end on a synthetic checkpoint.
+
+``verify-prefill-pack`` must verify a pack of ``CORUN_PACK`` tokens (default 1024) on a ``--corun``
+candidate server: every needle, 17 to 1007 tokens on a Qwen3 shape, keeps its generation alone in
+every packing. The negative control runs the same probe against default SGLang, which packs too but
+runs a lone prompt at its own token count: there a packed needle must differ from it alone. A server
+serving the record keeps a needle's bits among concurrent short prompts, and a record whose
+environment differs keeps the server from starting.
+
+Environment: ``CORUN_PACK``, ``CORUN_RESULTS`` (the record, server logs and a summary are written there).
+"""
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from corun_sglang import packing, verify_packing
+
+pytestmark = pytest.mark.e2e
+
+PACK = int(os.environ.get("CORUN_PACK", "1024"))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    path = Path(os.environ.get("CORUN_RESULTS") or tmp_path_factory.mktemp("packing"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def verified(checkpoint, folder):
+    static = float(os.environ["CORUN_STATIC_GB"]) if os.environ.get("CORUN_STATIC_GB") else None
+    try:
+        record, problem = verify_packing.verify(checkpoint, PACK, folder / "pack.json", folder / "verify-pack.log",
+                                                static_gb=static), None
+    except packing.PackingError as exc:
+        record, problem = None, str(exc)
+    (folder / "pack-summary.json").write_text(json.dumps(
+        {"pack": PACK, "record": record and record.to_json(), "problem": problem}, indent=1))
+    return record, problem
+
+
+def test_verify_prefill_pack_verifies_the_pack(verified):
+    record, problem = verified
+    assert record is not None, problem
+    assert record.pack == PACK and all(k > 0 for k in record.needles.values())
+
+
+def test_default_sglang_packing_changes_a_prompts_bits(launch, checkpoint, folder):
+    """The negative control: the probe that verifies the pack sees default SGLang's packing."""
+    server = launch(checkpoint, "--disable-radix-cache", name="pack-default")
+    heads, kv_heads, vocab = verify_packing.model_heads(checkpoint)
+    found = verify_packing.probe(verify_packing.http_sender(server.url, server.log), PACK,
+                                 packing.shortest(heads, kv_heads), vocab)
+    (folder / "pack-default.json").write_text(json.dumps(found, indent=1))
+    assert any(got["counted"] for got in found.values()), "default SGLang packed no needle"
+    assert any(got["differ"] for got in found.values()), found
+
+
+def test_a_packing_server_keeps_a_needles_bits_among_concurrent_prompts(verified, launch, checkpoint, folder):
+    record, _ = verified
+    if record is None:
+        pytest.skip("the pack did not verify")
+    server = launch(checkpoint, "--corun", "--corun-prefill-pack", str(folder / "pack.json"), name="packed")
+    assert f"at {PACK} tokens (verified" in server.log_text()
+    send = verify_packing.http_sender(server.url, server.log)
+    needle = list(range(1000, 1000 + 200))
+    (alone,), _ = send([needle])
+    others = [[2000 + 37 * i + j for j in range(40 + i)] for i in range(48)]
+    got = {}
+
+    def one(i, prompt):
+        got[i] = send([prompt])[0][0]
+
+    threads = [threading.Thread(target=one, args=(i, p)) for i, p in enumerate([*others[:24], needle, *others[24:]])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got[24] == alone
+    batches = [int(n) for n, _ in verify_packing.PREFILL_LOG.findall(server.log_text())]
+    assert max(batches) > 1, "no prefill packed two prompts"
+
+
+def test_a_record_from_another_environment_refuses_to_start(verified, launch, checkpoint, folder):
+    record, _ = verified
+    if record is None:
+        pytest.skip("the pack did not verify")
+    data = record.to_json()
+    data["environment"]["gpu"] = "another GPU"
+    other = folder / "pack-other-gpu.json"
+    other.write_text(json.dumps(data))
+    with pytest.raises(RuntimeError, match="verified in another environment.*gpu: verified with 'another GPU'"):
+        launch(checkpoint, "--corun", "--corun-prefill-pack", str(other), name="pack-other-gpu")

@@ -1,0 +1,56 @@
+"""``packing``: which prompts share a prefill, at which token count, and the record that allows it."""
+
+import json
+
+import pytest
+
+from corun_sglang import packing
+
+
+@pytest.mark.parametrize("heads,kv_heads,least", [(32, 8, 17), (32, 4, 9), (16, 16, 65), (4, 2, 33)])
+def test_the_shortest_packable_prompt_keeps_flashinfers_widest_query_tile(heads, kv_heads, least):
+    group = heads // kv_heads
+    assert packing.shortest(heads, kv_heads) == least
+    assert least * group > packing.QUERY_TILE_ROWS >= (least - 1) * group
+
+
+def test_packable_prompts_are_fresh_and_between_the_shortest_and_the_pack():
+    assert packing.packable(17, 0, 1024, 17) and packing.packable(1024, 0, 1024, 17)
+    assert not packing.packable(16, 0, 1024, 17)
+    assert not packing.packable(1025, 0, 1024, 17)
+    assert not packing.packable(100, 512, 1024, 17)  # a later chunk of a longer prompt
+
+
+def test_a_prompt_joins_only_a_batch_of_packable_prompts_it_fits():
+    assert packing.joins([(500, 0), (300, 0)], (224, 0), 1024, 17)
+    assert not packing.joins([(500, 0), (300, 0)], (225, 0), 1024, 17)  # 1025 tokens
+    assert not packing.joins([], (100, 0), 1024, 17)  # an empty batch takes any request, by SGLang's rules
+    assert not packing.joins([(2000, 0)], (100, 0), 1024, 17)  # a long prompt runs alone
+    assert not packing.joins([(100, 900)], (100, 0), 1024, 17)  # so does a later chunk
+    assert not packing.joins([(100, 0)], (10, 0), 1024, 17)  # and a prompt shorter than the shortest
+
+
+def test_the_pack_is_the_smallest_prefill_graph_and_the_count_every_packable_prefill_replays():
+    assert packing.graph_counts([4, 64, 1024, 1280, 2048, 1280], 1024) == [1024, 1280, 2048]
+    assert packing.graph_counts([4, 64], 512) == [512]
+    assert [packing.replay_tokens(n, 1024, 17) for n in (16, 17, 500, 1024, 1025)] == [16, 1024, 1024, 1024, 1025]
+    assert [packing.at_pack(n, 1024, 17) for n in (16, 17, 1024, 1025)] == [False, True, True, False]
+
+
+def test_pack_sizes_that_cannot_be_served():
+    assert packing.pack_problems(1024, 8192) == []
+    assert packing.pack_problems(1024, None) == []
+    assert "below 128" in packing.pack_problems(64, 8192)[0]
+    assert "exceeds --chunked-prefill-size 512" in packing.pack_problems(1024, 512)[0]
+
+
+def test_a_record_round_trips_and_a_bad_one_names_the_fix(tmp_path):
+    record = packing.Record(pack=1024, shortest=17, environment={"gpu": "NVIDIA H200"}, needles={17: 4, 1007: 3})
+    path = tmp_path / "pack.json"
+    path.write_text(json.dumps(record.to_json()))
+    assert packing.load(path) == packing.Record(1024, 17, {"gpu": "NVIDIA H200"}, {17: 4, 1007: 3}, str(path))
+    with pytest.raises(packing.PackingError, match="cannot read it.*verify-prefill-pack"):
+        packing.load(tmp_path / "missing.json")
+    path.write_text('{"pack": 1024}')
+    with pytest.raises(packing.PackingError, match="not a prefill pack record"):
+        packing.load(path)

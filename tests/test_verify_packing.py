@@ -1,0 +1,106 @@
+"""``verify_packing``: the probe verifies a pack only where every packed needle keeps its bits alone."""
+
+import json
+import random
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from corun_sglang import verify_packing
+from corun_sglang.compare import Generation
+
+PACK, LEAST = 1024, 17
+
+
+def pack_server(bits, batch=True):
+    """A sender standing for a packing server: a prompt's generation is ``bits(prompt, prompts of the
+    call, place in the call)``; ``batch`` False logs each prompt as a prefill of its own."""
+    calls = []
+
+    def send(prompts):
+        calls.append([len(p) for p in prompts])
+        outs = [Generation.of([7] * 4, [bits(p, prompts, i)] * 4) for i, p in enumerate(prompts)]
+        tokens = [len(p) for p in prompts]
+        return outs, [(len(prompts), sum(tokens))] if batch else [(1, n) for n in tokens]
+
+    return send, calls
+
+
+def test_needles_span_the_packable_lengths_and_packings_fill_the_pack():
+    lengths = verify_packing.needle_lengths(PACK, LEAST, 4)
+    assert lengths[0] == LEAST and lengths[-1] == PACK - LEAST and len(lengths) == 4
+    rnd = random.Random(0)
+    for n in lengths:
+        plans = verify_packing.packings(n, PACK, LEAST, rnd)
+        assert {name for name, _ in plans} == {"short-first", "short-last", "long-last", "random-middle"}
+        for name, plan in plans:
+            others = [m for m in plan if m != -1]
+            assert plan.count(-1) == 1 and others, name
+            assert all(LEAST <= m for m in others) and n + sum(others) <= PACK, name
+    assert verify_packing.packings(PACK - LEAST + 1, PACK, LEAST, rnd) == []  # no room for a co-runner
+
+
+def test_a_pack_blind_to_its_co_runners_verifies():
+    send, calls = pack_server(lambda p, prompts, i: -0.5 - p[0] / 1e6)
+    found = verify_packing.probe(send, PACK, LEAST, vocab=1000)
+    assert verify_packing.failures(found) == []
+    assert all(len(got["counted"]) == 4 for got in found.values())
+    assert calls[0] == [LEAST]  # each needle alone first
+
+
+@pytest.mark.parametrize("bits,says", [
+    (lambda p, prompts, i: -0.5 - (len(prompts) > 1) * 2.0 ** -20, "first differs from it alone at position 0"),
+    (lambda p, prompts, i: -0.5 - (i > 0) * 2.0 ** -20, "packed short-last first differs"),
+])
+def test_a_pack_whose_bits_follow_co_runners_or_place_does_not_verify(bits, says):
+    send, _ = pack_server(bits)
+    problems = verify_packing.failures(verify_packing.probe(send, PACK, LEAST, vocab=1000))
+    assert problems and any(says in p for p in problems)
+
+
+def test_a_server_that_never_packs_verifies_nothing():
+    send, _ = pack_server(lambda p, prompts, i: -0.5, batch=False)
+    problems = verify_packing.failures(verify_packing.probe(send, PACK, LEAST, vocab=1000))
+    assert len(problems) == 4 and all("never ran packed" in p for p in problems)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    log_path = None
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        prompts = body["input_ids"]
+        with open(self.log_path, "a") as f:
+            f.write(f"Prefill batch, #new-seq: {len(prompts)}, #new-token: {sum(map(len, prompts))}, \n")
+        steps = body["sampling_params"]["max_new_tokens"]
+        reply = [{"meta_info": {"input_token_logprobs": [[None, p[0], None]] + [[-1.5, t, None] for t in p[1:]],
+                                "output_token_logprobs": [[-0.25, 7, None]] * steps}} for p in prompts]
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_the_http_sender_reads_prompt_and_new_token_logprobs_and_the_logged_batches(tmp_path, monkeypatch):
+    monkeypatch.setattr(verify_packing.time, "sleep", lambda s: None)
+    _Handler.log_path = tmp_path / "server.log"
+    _Handler.log_path.write_text("")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        send = verify_packing.http_sender(f"http://127.0.0.1:{server.server_address[1]}", _Handler.log_path)
+        outs, batches = send([[101, 102, 103], [104, 105]])
+    finally:
+        server.shutdown()
+    assert batches == [(2, 5)]
+    assert outs[0] == Generation.of([102, 103, 7, 7, 7, 7], [-1.5, -1.5, -0.25, -0.25, -0.25, -0.25])
+    assert outs[1].tokens == (105, 7, 7, 7, 7)
+
+
+def test_model_heads_read_the_config(tiny_model):
+    assert verify_packing.model_heads(tiny_model)[:2] == (4, 2)
