@@ -44,8 +44,10 @@ ARMS = ("STD", "BI", "CoRun")
 ABLATION_ARMS = ("SplitKV-off", "SplitKV-off+IsoPrefill")
 #: CoRun serving verified decode tiers (``corun-sglang verify-tiers``) besides the N-slot graph.
 TIERS_ARM = "CoRun-tiers"
+#: CoRun-tiers serving a verified prefill pack (``corun-sglang verify-prefill-pack``) too.
+PACK_ARM = "CoRun-tiers-pack"
 #: Every arm, in the order tables and plots show them.
-ORDER = ("STD", "BI", *ABLATION_ARMS, "CoRun", TIERS_ARM)
+ORDER = ("STD", "BI", *ABLATION_ARMS, "CoRun", TIERS_ARM, PACK_ARM)
 #: The fewest decode steps a client-measured decode phase must span to be measured: one interval of the
 #: server's decode log. A shorter one (a trace whose first wave holds a request of a few output tokens)
 #: is a handful of steps, whose timings the client's reads and the step a prefill lands in decide.
@@ -210,7 +212,7 @@ def steps_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
             cols.append("-" if ms[b] is None else f"{secs[b]:.1f} ({ms[b]:.1f})")
         saved = "-"
         std = groups.get((w, "STD"))
-        if arm in ("CoRun", TIERS_ARM) and std:
+        if arm in ("CoRun", TIERS_ARM, PACK_ARM) and std:
             std_pooled = [s for r in std for s in r["decode_steps"]]
             ref = {b: serverlog.step_ms(std_pooled, *b) for b in LOADS}
             saved = f"{sum(secs[b] * (1 - ref[b] / ms[b]) for b in LOADS if ms[b] and ref[b]):.1f}"
@@ -334,8 +336,10 @@ _TARGETS = (
     ("decode phase: CoRun >= 0.9x STD", "CoRun", "STD", "decode_phase", 0.9,
      lambda shape, n, c, key: bool((c.get((*key, "STD")) or {}).get("decode_phase"))),
 )
-#: Each target for CoRun, then for CoRun with decode tiers (where a study ran that arm).
-TARGETS = _TARGETS + tuple((name.replace("CoRun", TIERS_ARM, 1), TIERS_ARM, *rest) for name, _, *rest in _TARGETS)
+#: Each target for CoRun, then for CoRun with decode tiers, and with a prefill pack too (where a study ran
+#: those arms).
+TARGETS = _TARGETS + tuple((name.replace("CoRun", arm, 1), arm, *rest)
+                           for arm in (TIERS_ARM, PACK_ARM) for name, _, *rest in _TARGETS)
 
 
 def is_moe(shape: str) -> bool:
@@ -620,9 +624,10 @@ def _study_sections(study: str, rows: list[dict], c: dict, plots: dict[tuple, st
         lines += [f"## {study + ': ' if study else ''}{shape}, concurrency {concurrency}", ""]
         if (study, shape, concurrency) in plots:
             lines += [f"![throughput]({plots[(study, shape, concurrency)]})", ""]
-        # a study that serves CoRun only with its decode tiers shows that arm in CoRun's columns
+        # a study that serves CoRun only with its decode tiers (and a prefill pack) shows its fullest such
+        # arm in CoRun's columns
         arms = {k[3] for k in c if k[0] == shape and k[2] == concurrency}
-        co = TIERS_ARM if TIERS_ARM in arms and "CoRun" not in arms else "CoRun"
+        co = "CoRun" if "CoRun" in arms else next((a for a in (PACK_ARM, TIERS_ARM) if a in arms), "CoRun")
         lines += [f"| workload | STD tok/s | BI tok/s | {co} tok/s | {co}/BI | {co}/STD | BI/STD | "
                   f"TPOT ms STD / BI / {co} | reps |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]

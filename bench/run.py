@@ -54,6 +54,8 @@ ARMS = {
     "CoRun": ["--corun"],
     # CoRun with decode tiers: the sizes of --tier-candidates that corun-sglang verify-tiers keeps
     "CoRun-tiers": ["--corun"],
+    # CoRun-tiers with packed prefill: the pack of --pack (or --pack-size, verified first)
+    "CoRun-tiers-pack": ["--corun"],
     # CoRun with a decode graph's padding rows routed through the MoE experts (the plain arm skips them)
     "CoRun-moecompute": ["--corun", "--corun-moe-padding", "compute"],
     # ablations (``--arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun``)
@@ -172,6 +174,37 @@ def add_tier_options(parser: argparse.ArgumentParser) -> None:
                              "when --tiers is not given")
 
 
+#: Arms that serve the decode tiers record, and those that serve a prefill pack record.
+TIERED = ("CoRun-tiers", "CoRun-tiers-pack")
+PACKED = ("CoRun-tiers-pack",)
+
+
+def add_pack_options(parser: argparse.ArgumentParser) -> None:
+    """The CoRun-tiers-pack arm's prefill pack: a record given, or the pack size to verify for one."""
+    parser.add_argument("--pack", help="a verify-prefill-pack record for the CoRun-tiers-pack arm, made for this "
+                        "checkpoint and environment; default: verify --pack-size first")
+    parser.add_argument("--pack-size", type=int, default=1024,
+                        help="prefill tokens of a pack, verified (corun-sglang verify-prefill-pack) for the "
+                             "CoRun-tiers-pack arm when --pack is not given")
+
+
+def pack_record(args, label: str, ckpt, shared: list[str]):
+    """The prefill pack record: ``--pack`` where given, else the one of this checkpoint and server options,
+    verified once and kept in the logs folder (``PackingError`` where the pack does not verify)."""
+    from corun_sglang import packing, verify_packing
+
+    if args.pack:
+        return packing.load(Path(args.pack))
+    path = Path(args.logs) / f"pack-{label}-{args.pack_size}.json"
+    if path.exists():
+        return packing.load(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = verify_packing.verify(str(ckpt), args.pack_size, path, path.with_suffix(".log"), server_args=shared,
+                                   static_gb=args.static_gb)
+    print(verify_packing.render(record), flush=True)
+    return packing.load(path)
+
+
 def tiers_record(args, label: str, ckpt, shared: list[str], env: dict[str, str] | None = None):
     """The decode tiers record: ``--tiers`` where given, else the one of this checkpoint, server options
     and added environment, verified once and kept in the logs folder."""
@@ -211,6 +244,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=64,
                         help="unrecorded requests each server serves before its first measured run (0: none)")
     add_tier_options(parser)
+    add_pack_options(parser)
     parser.add_argument("--arm-args", action="append", default=[], metavar="ARM=ARGS",
                         help="extra server options for one arm (repeatable), e.g. BI=--disable-prefill-cuda-graph")
     parser.add_argument("--arm-env", action="append", default=[], metavar="ARM=NAME=VALUE",
@@ -249,7 +283,9 @@ def main(argv=None) -> int:
         *(["--max-total-tokens", str(args.max_total_tokens)] if args.max_total_tokens else []),
         *args.server_args.split(),
     ]
-    record = tiers_record(args, label, ckpt, shared, env["CoRun-tiers"]) if "CoRun-tiers" in arms else None
+    tiered_arms = [a for a in arms if a in TIERED]
+    record = tiers_record(args, label, ckpt, shared, env[tiered_arms[0]]) if tiered_arms else None
+    pack = pack_record(args, label, ckpt, shared) if any(a in PACKED for a in arms) else None
     gpu = common.gpu_uuid()
     servers = {}
     warmed = []  # servers that have served their warm-up
@@ -259,7 +295,8 @@ def main(argv=None) -> int:
             if args.one_at_a_time:
                 for other in list(servers):
                     servers.pop(other).stop()
-            tiered = ["--corun-decode-tiers", record.source] if arm == "CoRun-tiers" else []
+            tiered = ["--corun-decode-tiers", record.source] if arm in TIERED else []
+            tiered += ["--corun-prefill-pack", pack.source] if arm in PACKED else []
             servers[arm] = Server(str(ckpt), ARMS[arm] + extra[arm] + tiered + shared, Path(args.logs) / f"{arm}.log",
                                   timeout=900, static_gb=args.static_gb, env=env[arm])
         return servers[arm]
@@ -297,7 +334,8 @@ def main(argv=None) -> int:
                 "timeline": client.timeline(records, [len(b["input_ids"]) for b in bodies]),
                 "decode_steps": steps,
                 "output_digests": [client.digest(r) for r in records],
-                **({"decode_tiers": list(record.tiers)} if arm == "CoRun-tiers" else {}),
+                **({"decode_tiers": list(record.tiers)} if arm in TIERED else {}),
+                **({"prefill_pack": pack.pack} if arm in PACKED else {}),
             }
             with open(out, "a") as f:
                 f.write(json.dumps(row) + "\n")

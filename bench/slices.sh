@@ -31,6 +31,9 @@
 #                   where its environment differs, then verify anew without --tiers)
 #   moe-tiers-bi    qwen3-30b-a3b, one arm at a time, fixed-1024-128 and fixed-64-448 (moe-core's two workloads
 #                   below 1.3x BI): STD, BI and CoRun-tiers with the committed record, side by side in one study
+#   moe-pack-bi     qwen3-30b-a3b, one arm at a time, fixed-64-448 (below 1.3x BI for its isolated prefill):
+#                   BI, CoRun-tiers and CoRun-tiers-pack (the committed tiers record, and a prefill pack of
+#                   1024 tokens that corun-sglang verify-prefill-pack verifies first, kept in RESULTS/logs)
 #   moe-long        qwen3-30b-a3b, one arm at a time: blazedit-synthetic, fixed-1024-2048, fixed-4096-128,
 #                   fixed-4096-2048 (with moe-core: every workload of the matrix)
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
@@ -92,6 +95,10 @@ for spec in "$@"; do
             --arms STD,BI,CoRun-tiers --arm-args BI=--disable-prefill-cuda-graph \
             --tiers docs/results/tiers/tiers-qwen3-30b-a3b-tp1-bench.json \
             --workloads "$(only fixed-1024-128,fixed-64-448)" ;;
+        moe-pack-bi) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
+            --arms BI,CoRun-tiers,CoRun-tiers-pack --arm-args BI=--disable-prefill-cuda-graph \
+            --tiers docs/results/tiers/tiers-qwen3-30b-a3b-tp1-bench.json --pack-size 1024 \
+            --workloads "$(only fixed-64-448)" ;;
         moe-long) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --arm-args BI=--disable-prefill-cuda-graph \
             --workloads "$(only blazedit-synthetic,fixed-1024-2048,fixed-4096-128,fixed-4096-2048)" ;;

@@ -369,6 +369,18 @@ def test_report_tables_decode_tiers_and_checks_their_targets(tmp_path):
     assert "| CoRun >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | **no** |" in text
 
 
+def test_report_checks_the_targets_of_corun_with_a_prefill_pack(tmp_path):
+    rows = [_row("STD", 0, "fixed-64-448", 1000), _row("BI", 0, "fixed-64-448", 600),
+            _row("CoRun-tiers", 0, "fixed-64-448", 760), {**_row("CoRun-tiers-pack", 0, "fixed-64-448", 810),
+                                                           "prefill_pack": 1024}]
+    text = _report(tmp_path, rows)
+    assert ("| CoRun-tiers-pack >= 1.3x BI where BI is slower than STD | - | qwen3-8b | fixed-64-448 | 256 "
+            "| 1.35 (1.35-1.35) | yes |") in text
+    assert "| CoRun-tiers >= 1.3x BI where BI is slower than STD | - | qwen3-8b | fixed-64-448 | 256 | 1.27" in text
+    assert "| CoRun-tiers-pack tok/s | CoRun-tiers-pack/BI |" in text
+    assert "STD 1000, BI 600, CoRun-tiers 760, CoRun-tiers-pack 810" in text
+
+
 def test_report_counts_the_requests_corun_and_its_tiers_agree_on():
     def row(arm, rep, digests, seed=7):
         return {**_row(arm, rep, "sharegpt", 100.0), "prompt_seed": seed, "output_digests": digests}
