@@ -145,7 +145,11 @@ def add_one_req(original, self, req, *args, **kwargs):
         return original(self, req, *args, **kwargs)
     from sglang.srt.managers.schedule_policy import AddReqResult
 
-    if self.can_run_list and not packing.joins([_prompt(r) for r in self.can_run_list], _prompt(req), *pack):
+    if self.can_run_list and not (
+        packing.joins([_prompt(r) for r in self.can_run_list], _prompt(req), *pack)
+        # whole, never chunked: its page-rounded length fits what is left of the chunk
+        and (self.rem_chunk_tokens is None or self.ceil_paged_tokens(_prompt(req)[0]) <= self.rem_chunk_tokens)
+    ):
         return AddReqResult.OTHER
     running = [*([] if self.running_batch is None else self.running_batch.reqs), *self.can_run_list]
     if not policy.admits(

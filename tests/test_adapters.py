@@ -429,6 +429,18 @@ def test_a_chunked_prompt_packs_nothing_with_it(packing_args):
     assert nxt.add_one_req(_req(2, 40, 10, cache2), True, None) is AddReqResult.OTHER
 
 
+def test_a_packable_prompt_joins_only_whole(packing_args):
+    """Chunk 100 (below the pack, as page rounding can leave it): a third 40-token prompt would be chunked."""
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    packing_args()
+    adder, cache = _packing_adder(100_000, chunk=100)
+    assert adder.add_one_req(_req(1, 40, 10, cache), False, None) is AddReqResult.CONTINUE
+    assert adder.add_one_req(_req(2, 40, 10, cache), False, None) is AddReqResult.CONTINUE
+    assert adder.add_one_req(_req(3, 40, 10, cache), False, None) is AddReqResult.OTHER
+    assert adder.new_chunked_req is None and len(adder.can_run_list) == 2
+
+
 def test_admission_reserves_the_whole_sequences_of_prompts_already_packed(packing_args):
     """Pool 400: two packed prompts of 40 + 100 new tokens reserve 282 tokens; a third (40 + 100) does not fit."""
     from sglang.srt.managers.schedule_policy import AddReqResult
