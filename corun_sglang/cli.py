@@ -113,6 +113,17 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0 if doctor.ready(found, args.allow_no_gpu) else 1
 
 
+def _record_options(parser: argparse.ArgumentParser) -> None:
+    """Options of a command that starts a candidate server, probes it and writes a record."""
+    parser.add_argument("--out", required=True, help="the record to write (JSON)")
+    parser.add_argument("--server-args", default="",
+                        help="further server options, as the serving command will pass them (e.g. '--tp-size 2')")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--static-gb", type=float, default=None,
+                        help="static GPU memory (weights + KV pool) for the server, GiB (default: SGLang's)")
+    parser.add_argument("--log", default=None, help="server log (default: next to --out)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="corun-sglang", description="Deterministic inference for SGLang (--corun)."
@@ -158,16 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model-path", required=True)
     t.add_argument("--candidates", required=True,
                    help="comma-separated sizes below N to check, e.g. 64,72,96,128,192")
-    t.add_argument("--out", required=True, help="the record to write (JSON)")
     t.add_argument("--max-running-requests", type=int, default=256, help="N (default 256)")
-    t.add_argument("--server-args", default="",
-                   help="further server options, as the serving command will pass them (e.g. '--tp-size 2')")
     t.add_argument("--needles", type=int, default=2, help="needle requests per size (default 2)")
     t.add_argument("--tokens", type=int, default=32, help="tokens per needle (default 32)")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--static-gb", type=float, default=None,
-                   help="static GPU memory (weights + KV pool) for the server, GiB (default: SGLang's)")
-    t.add_argument("--log", default=None, help="server log (default: next to --out)")
+    _record_options(t)
     t.set_defaults(func=_verify_tiers)
 
     k = sub.add_parser(
@@ -177,14 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     k.add_argument("--model-path", required=True)
     k.add_argument("--pack", type=int, required=True, help="prefill tokens of a pack, e.g. 1024")
-    k.add_argument("--out", required=True, help="the record to write (JSON)")
-    k.add_argument("--server-args", default="",
-                   help="further server options, as the serving command will pass them")
     k.add_argument("--needles", type=int, default=4, help="needle prompts, short to long (default 4)")
-    k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--static-gb", type=float, default=None,
-                   help="static GPU memory (weights + KV pool) for the server, GiB (default: SGLang's)")
-    k.add_argument("--log", default=None, help="server log (default: next to --out)")
+    _record_options(k)
     k.set_defaults(func=_verify_prefill_pack)
 
     d = sub.add_parser(
