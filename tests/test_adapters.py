@@ -526,3 +526,28 @@ def test_the_prefill_graphs_start_at_the_pack(packing_args):
         adapters.prefill_graph_runner_init("built", types.SimpleNamespace(capture_num_tokens=[64, 256]), runner)
     plain = types.SimpleNamespace(server_args=packing_args(pack=False))
     assert adapters.prefill_graph_runner_init("built", types.SimpleNamespace(capture_num_tokens=[64]), plain) == "built"
+
+
+def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate_logs_its_own(
+        make_args, tmp_path, monkeypatch, caplog):
+    import json
+
+    from corun_sglang import packing, tiers
+
+    path = tmp_path / "pack.json"
+    path.write_text(json.dumps(packing.Record(pack=PACK, shortest=33, environment={"gpu": "A"}).to_json()))
+    monkeypatch.setattr(adapters, "_tier_environment", lambda model_runner: {"gpu": "B"})
+    graphs = types.SimpleNamespace(capture_bs=[256])
+
+    def runner(**options):
+        return types.SimpleNamespace(server_args=make_args(corun=True, **options),
+                                     req_to_token_pool=types.SimpleNamespace(size=300))
+
+    with pytest.raises(adapters.CorunContractError,
+                       match=r"--corun-prefill-pack .*pack.json was verified in another environment "
+                             r"\(gpu: verified with 'A', this server has 'B'\).*verify-prefill-pack"):
+        adapters.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack=str(path)))
+    with caplog.at_level("WARNING"):
+        assert adapters.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack_candidate=PACK)) == "built"
+    assert tiers.environment_from_log(caplog.text) == {"gpu": "B"}
+    assert adapters.decode_graph_runner_init("built", graphs, runner()) == "built"  # nothing to verify
