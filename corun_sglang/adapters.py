@@ -233,6 +233,22 @@ def prefill_plan(original, self, *args, **kwargs):
                 w.begin_forward = fn
 
 
+def lm_head_rows(original, self, hidden_states, *args, **kwargs):
+    """With a prefill pack, the LM head outside a CUDA graph (a prefill's logits) runs on ``packing.head_rows``
+    rows, the states padded with zeros; the logits of the real rows are returned."""
+    pack = _pack()
+    rows = hidden_states.shape[0]
+    if pack is None or (hidden_states.is_cuda and torch.cuda.is_current_stream_capturing()):
+        # a decode graph's LM head has N rows
+        return original(self, hidden_states, *args, **kwargs)
+    padded_rows = packing.head_rows(rows, pack[0])
+    if padded_rows == rows:
+        return original(self, hidden_states, *args, **kwargs)
+    padded = hidden_states.new_zeros((padded_rows, *hidden_states.shape[1:]))
+    padded[:rows] = hidden_states
+    return original(self, padded, *args, **kwargs)[:rows]
+
+
 # ----------------------------------------------------------------- fixed-shape decode
 
 

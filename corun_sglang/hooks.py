@@ -83,6 +83,11 @@ HOOKS: tuple[Hook, ...] = (
         "corun_sglang.adapters:prefill_plan",
     ),
     Hook(
+        "sglang.srt.layers.logits_processor.LogitsProcessor._compute_lm_head",
+        HookType.AROUND,
+        "corun_sglang.adapters:lm_head_rows",
+    ),
+    Hook(
         "sglang.srt.managers.schedule_batch.ScheduleBatch.retract_decode",
         HookType.AROUND,
         "corun_sglang.adapters:retract_decode",

@@ -12,6 +12,8 @@ Invariants:
   (``joins``); every other prefill holds one request, as under isolated prefill;
 - every prefill of ``shortest`` to ``pack`` tokens replays the prefill graph of ``pack`` tokens
   (``replay_tokens``; ``graph_counts`` captures no count below ``pack``);
+- a prefill's LM head (the logits of its sampled and logprob positions) runs on ``head_rows``, at least
+  ``pack`` rows, padded;
 - ``shortest`` keeps a packed batch's mean packed query length (prompt tokens times the GQA group)
   above ``QUERY_TILE_ROWS``, where FlashInfer's prefill plan picks its widest query tile: the tile
   is the same for a packable prompt alone and packed;
@@ -73,6 +75,13 @@ def at_pack(num_tokens: int, pack: int, least: int) -> bool:
 def replay_tokens(num_tokens: int, pack: int, least: int) -> int:
     """The token count a prefill of ``num_tokens`` replays at (``pack`` where ``at_pack``)."""
     return pack if at_pack(num_tokens, pack, least) else num_tokens
+
+
+def head_rows(rows: int, pack: int) -> int:
+    """The rows a prefill's LM head computes: at least ``pack``, so the GEMM's row count, and with it its
+    kernel, is the same for a packable prompt alone and packed (its rows are its last position, or every
+    prompt position asking for a logprob, and its co-runners' the same)."""
+    return max(rows, pack)
 
 
 def pack_problems(pack: int, chunked_prefill_size: int | None) -> list[str]:

@@ -5,9 +5,10 @@ needle (a seeded prompt; lengths from the shortest packable prompt up to P less 
 takes its generation alone, a prefill padded to P, then inside packings: one batched ``/generate``
 call of the needle and co-runners that fill the pack (co-runners of the shortest packable length,
 one long co-runner, random lengths; the needle first, last or in the middle). A packing counts when
-the server logged it as one prefill batch of all its requests. Every generation is greedy, with the
-logprob of every prompt position and of a few new tokens, so a different prefill shows in the prompt
-logprobs and a different KV cache in the new tokens.
+the server logged it as one prefill batch of all its requests. Every generation is greedy; the needle's
+carries the logprob of every prompt position and of a few new tokens, so a different prefill shows in
+the prompt logprobs and a different KV cache in the new tokens. The co-runners ask for no logprobs, so
+the rows the prefill's LM head computes change from packing to packing.
 
 The pack is verified when, for every needle, at least one packing counted and every counted packing
 equals the needle alone bit for bit. The record (``packing.Record``) carries the environment the
@@ -35,9 +36,9 @@ PREFILL_LOG = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+)")
 #: Co-runners per packing at most.
 MAX_CORUNNERS = 63
 
-#: A batched call's prompts (each a token-id list) -> each prompt's generation, and the prefill
-#: batches ``(requests, tokens)`` the server logged for the call.
-Sender = Callable[[list[list[int]]], tuple[list[Generation], list[tuple[int, int]]]]
+#: A batched call's prompts (each a token-id list) and the needle's place among them -> the needle's
+#: generation, and the prefill batches ``(requests, tokens)`` the server logged for the call.
+Sender = Callable[[list[list[int]], int], tuple[Generation, list[tuple[int, int]]]]
 
 
 def needle_lengths(pack: int, least: int, count: int = 4) -> list[int]:
@@ -77,18 +78,21 @@ def generation(meta: Mapping) -> Generation:
 
 
 def http_sender(url: str, log: Path, new_tokens: int = 4, timeout: float = 600) -> Sender:
-    """Send one batched ``/generate`` call; read the prefill batches the server logged for it."""
+    """Send one batched ``/generate`` call, the needle asking for the logprob of every prompt position and
+    the co-runners for none (so the rows a prefill's LM head computes vary with the co-runners); read the
+    prefill batches the server logged for it."""
     import httpx
 
-    def send(prompts: list[list[int]]) -> tuple[list[Generation], list[tuple[int, int]]]:
+    def send(prompts: list[list[int]], needle: int) -> tuple[Generation, list[tuple[int, int]]]:
         seen = len(log.read_text(errors="replace"))
-        body = {"input_ids": prompts, "return_logprob": True, "logprob_start_len": 0,
+        body = {"input_ids": prompts, "return_logprob": [i == needle for i in range(len(prompts))],
+                "logprob_start_len": [0 if i == needle else -1 for i in range(len(prompts))],
                 "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}}
         reply = httpx.post(url + "/generate", json=body, timeout=timeout)
         reply.raise_for_status()
         time.sleep(0.5)  # the scheduler's log line follows the reply
         batches = [(int(a), int(b)) for a, b in PREFILL_LOG.findall(log.read_text(errors="replace")[seen:])]
-        return [generation(r["meta_info"]) for r in reply.json()], batches
+        return generation(reply.json()[needle]["meta_info"]), batches
 
     return send
 
@@ -100,15 +104,15 @@ def probe(send: Sender, pack: int, least: int, vocab: int, needles: int = 4, see
     found = {}
     for length in needle_lengths(pack, least, needles):
         needle = _prompt(rnd, length, vocab)
-        (alone,), _ = send([needle])
+        alone, _ = send([needle], 0)
         counted, differ = [], {}
         for name, lengths in packings(length, pack, least, rnd):
             prompts = [needle if n == -1 else _prompt(rnd, n, vocab) for n in lengths]
-            outs, batches = send(prompts)
+            packed, batches = send(prompts, lengths.index(-1))
             if batches != [(len(prompts), sum(len(p) for p in prompts))]:
                 continue  # not one prefill batch: proves nothing either way
             counted.append(name)
-            step = first_divergence(alone, outs[lengths.index(-1)])
+            step = first_divergence(alone, packed)
             if step is not None:
                 differ[name] = step
         found[length] = {"counted": counted, "differ": differ}

@@ -518,6 +518,24 @@ def test_prefill_plans_run_without_split_kv_under_a_pack(packing_args):
     assert ragged.planned[-1] == {} and paged.planned[-1] == {"fixed_split_size": None}
 
 
+def test_a_prefills_lm_head_computes_the_packs_rows_and_returns_its_own(packing_args):
+    seen = []
+
+    def original(self, hidden_states, lm_head, embedding_bias=None):
+        seen.append(hidden_states.shape[0])
+        return hidden_states @ lm_head
+
+    states, head = torch.randn(3, 8), torch.randn(8, 5)
+    packing_args()
+    logits = adapters.lm_head_rows(original, "processor", states, head)
+    assert seen == [PACK] and torch.equal(logits, states @ head)
+    adapters.lm_head_rows(original, "processor", torch.randn(300, 8), head)
+    assert seen[-1] == 300
+    packing_args(pack=False)
+    adapters.lm_head_rows(original, "processor", states, head)
+    assert seen[-1] == 3
+
+
 def test_the_prefill_graphs_start_at_the_pack(packing_args):
     runner = types.SimpleNamespace(server_args=packing_args())
     assert adapters.prefill_graph_runner_init("built", types.SimpleNamespace(capture_num_tokens=[256, 512]),

@@ -37,6 +37,10 @@ def test_the_pack_is_the_smallest_prefill_graph_and_the_count_every_packable_pre
     assert [packing.at_pack(n, 1024, 17) for n in (16, 17, 1024, 1025)] == [False, True, True, False]
 
 
+def test_a_prefills_lm_head_runs_on_at_least_the_pack_rows():
+    assert [packing.head_rows(n, 1024) for n in (1, 17, 1024, 3000)] == [1024, 1024, 1024, 3000]
+
+
 def test_pack_sizes_that_cannot_be_served():
     assert packing.pack_problems(1024, 8192) == []
     assert packing.pack_problems(1024, None) == []

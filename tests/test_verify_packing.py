@@ -18,11 +18,11 @@ def pack_server(bits, batch=True):
     call, place in the call)``; ``batch`` False logs each prompt as a prefill of its own."""
     calls = []
 
-    def send(prompts):
+    def send(prompts, needle):
         calls.append([len(p) for p in prompts])
-        outs = [Generation.of([7] * 4, [bits(p, prompts, i)] * 4) for i, p in enumerate(prompts)]
+        out = Generation.of([7] * 4, [bits(prompts[needle], prompts, needle)] * 4)
         tokens = [len(p) for p in prompts]
-        return outs, [(len(prompts), sum(tokens))] if batch else [(1, n) for n in tokens]
+        return out, [(len(prompts), sum(tokens))] if batch else [(1, n) for n in tokens]
 
     return send, calls
 
@@ -67,6 +67,7 @@ def test_a_server_that_never_packs_verifies_nothing():
 
 class _Handler(BaseHTTPRequestHandler):
     log_path = None
+    bodies: list = []
 
     def log_message(self, *args):
         pass
@@ -77,8 +78,10 @@ class _Handler(BaseHTTPRequestHandler):
         with open(self.log_path, "a") as f:
             f.write(f"Prefill batch, #new-seq: {len(prompts)}, #new-token: {sum(map(len, prompts))}, \n")
         steps = body["sampling_params"]["max_new_tokens"]
+        _Handler.bodies.append(body)
         reply = [{"meta_info": {"input_token_logprobs": [[None, p[0], None]] + [[-1.5, t, None] for t in p[1:]],
-                                "output_token_logprobs": [[-0.25, 7, None]] * steps}} for p in prompts]
+                                "output_token_logprobs": [[-0.25, 7, None]] * steps} if asked else {}}
+                 for p, asked in zip(prompts, body["return_logprob"])]
         data = json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
@@ -94,12 +97,14 @@ def test_the_http_sender_reads_prompt_and_new_token_logprobs_and_the_logged_batc
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         send = verify_packing.http_sender(f"http://127.0.0.1:{server.server_address[1]}", _Handler.log_path)
-        outs, batches = send([[101, 102, 103], [104, 105]])
+        needle, batches = send([[104, 105], [101, 102, 103]], 1)
     finally:
         server.shutdown()
     assert batches == [(2, 5)]
-    assert outs[0] == Generation.of([102, 103, 7, 7, 7, 7], [-1.5, -1.5, -0.25, -0.25, -0.25, -0.25])
-    assert outs[1].tokens == (105, 7, 7, 7, 7)
+    assert needle == Generation.of([102, 103, 7, 7, 7, 7], [-1.5, -1.5, -0.25, -0.25, -0.25, -0.25])
+    # only the needle asks for logprobs, of every prompt position
+    assert _Handler.bodies[-1]["return_logprob"] == [False, True]
+    assert _Handler.bodies[-1]["logprob_start_len"] == [-1, 0]
 
 
 def test_model_heads_read_the_config(tiny_model):

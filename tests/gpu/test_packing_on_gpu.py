@@ -69,12 +69,12 @@ def test_a_packing_server_keeps_a_needles_bits_among_concurrent_prompts(verified
     assert f"at {PACK} tokens (verified" in server.log_text()
     send = verify_packing.http_sender(server.url, server.log)
     needle = list(range(1000, 1000 + 200))
-    (alone,), _ = send([needle])
+    alone, _ = send([needle], 0)
     others = [[2000 + 37 * i + j for j in range(40 + i)] for i in range(48)]
     got = {}
 
     def one(i, prompt):
-        got[i] = send([prompt])[0][0]
+        got[i] = send([prompt], 0)[0]
 
     threads = [threading.Thread(target=one, args=(i, p)) for i, p in enumerate([*others[:24], needle, *others[24:]])]
     for t in threads:
