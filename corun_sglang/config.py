@@ -526,8 +526,9 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
     if args.prefill_max_requests != wanted:
         problems.append(f"prefill_max_requests resolved to {args.prefill_max_requests}, not {wanted}")
     if pack is not None:
-        from corun_sglang.packing import graph_counts
+        from corun_sglang.packing import graph_counts, pack_problems
 
+        problems += [f"prefill pack: {p}" for p in pack_problems(pack, args.chunked_prefill_size)]
         prefill = args.cuda_graph_config.prefill
         if prefill_backend != "breakable":
             problems.append(f"a prefill pack needs the breakable prefill graph; it resolved to '{prefill_backend}'")

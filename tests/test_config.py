@@ -141,6 +141,16 @@ def test_violations_catch_an_unverified_prefill_graph(make_args):
     assert any("prefill CUDA graph resolved to backend 'full'" in p for p in found)
 
 
+def test_violations_catch_a_resolution_that_breaks_a_prefill_pack(make_args):
+    resolved = make_args(corun=True, corun_prefill_pack_candidate=1024)
+    assert config.violations(resolved, resolved.get_attention_backends()) == []
+    object.__setattr__(resolved, "chunked_prefill_size", 512)  # a resolution that leaves the chunk below the pack
+    resolved.cuda_graph_config.prefill.bs = [64, 1024]
+    text = "\n".join(config.violations(resolved, resolved.get_attention_backends()))
+    assert "prefill pack: a pack of 1024 tokens exceeds --chunked-prefill-size 512" in text
+    assert "prefill CUDA graph token counts resolved to [64, 1024], not [1024]" in text
+
+
 def test_summary_is_one_line():
     cfg = config.CorunConfig(
         decode_batch_size=256,
