@@ -22,7 +22,6 @@ import argparse
 import hashlib
 import json
 import random
-import re
 import sys
 import time
 from pathlib import Path
@@ -33,13 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 import run  # noqa: E402
+from corun_sglang import verify_packing  # noqa: E402
 
 FIRST_TOKEN = 100
 VOCAB = 150000
 #: Requests per packing at most: well below the server's 256 running requests, so each packing can be
 #: one prefill batch.
 MAX_REQUESTS = 128
-PREFILL = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+)")
+PREFILL = verify_packing.PREFILL_LOG  # SGLang's log line for a prefill batch
 
 
 def split(rnd: random.Random, total: int, kind: str, unit: int) -> list[int]:

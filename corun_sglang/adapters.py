@@ -145,10 +145,11 @@ def add_one_req(original, self, req, *args, **kwargs):
         return original(self, req, *args, **kwargs)
     from sglang.srt.managers.schedule_policy import AddReqResult
 
+    prompt = _prompt(req)
     if self.can_run_list and not (
-        packing.joins([_prompt(r) for r in self.can_run_list], _prompt(req), *pack)
+        packing.joins([_prompt(r) for r in self.can_run_list], prompt, *pack)
         # whole, never chunked: its page-rounded length fits what is left of the chunk
-        and (self.rem_chunk_tokens is None or self.ceil_paged_tokens(_prompt(req)[0]) <= self.rem_chunk_tokens)
+        and (self.rem_chunk_tokens is None or self.ceil_paged_tokens(prompt[0]) <= self.rem_chunk_tokens)
     ):
         return AddReqResult.OTHER
     running = [*([] if self.running_batch is None else self.running_batch.reqs), *self.can_run_list]

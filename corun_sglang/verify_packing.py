@@ -26,9 +26,7 @@ from typing import Callable, Mapping, Sequence
 
 from corun_sglang import packing
 from corun_sglang.compare import Generation, first_divergence
-
-#: Token ids drawn for prompts stay in [FIRST_TOKEN, vocab).
-FIRST_TOKEN = 100
+from corun_sglang.verify_tiers import model_vocab, prompt_ids
 
 #: SGLang's log line for a prefill batch: its requests and new tokens.
 PREFILL_LOG = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+)")
@@ -66,10 +64,6 @@ def packings(needle_len: int, pack: int, least: int, rnd: random.Random) -> list
     ]
 
 
-def _prompt(rnd: random.Random, length: int, vocab: int) -> list[int]:
-    return [rnd.randrange(FIRST_TOKEN, vocab) for _ in range(length)]
-
-
 def generation(meta: Mapping) -> Generation:
     """A reply's prompt logprobs (from the second position) followed by its new tokens."""
     prompt = [step for step in meta["input_token_logprobs"] if step[0] is not None]
@@ -103,11 +97,11 @@ def probe(send: Sender, pack: int, least: int, vocab: int, needles: int = 4, see
     rnd = random.Random(seed)
     found = {}
     for length in needle_lengths(pack, least, needles):
-        needle = _prompt(rnd, length, vocab)
+        needle = prompt_ids(rnd, length, vocab)
         alone, _ = send([needle], 0)
         counted, differ = [], {}
         for name, lengths in packings(length, pack, least, rnd):
-            prompts = [needle if n == -1 else _prompt(rnd, n, vocab) for n in lengths]
+            prompts = [needle if n == -1 else prompt_ids(rnd, n, vocab) for n in lengths]
             packed, batches = send(prompts, lengths.index(-1))
             if batches != [(len(prompts), sum(len(p) for p in prompts))]:
                 continue  # not one prefill batch: proves nothing either way
@@ -130,12 +124,12 @@ def failures(found: Mapping[int, dict]) -> list[str]:
     return out
 
 
-def model_heads(model_path: str) -> tuple[int, int, int]:
-    """(attention heads, KV heads, vocabulary size) from ``model_path``/config.json."""
+def model_heads(model_path: str) -> tuple[int, int]:
+    """(attention heads, KV heads) from ``model_path``/config.json (a multimodal model's text config)."""
     config = json.loads((Path(model_path) / "config.json").read_text())
     config = config.get("text_config", config)
     heads = int(config["num_attention_heads"])
-    return heads, int(config.get("num_key_value_heads") or heads), int(config.get("vocab_size", 32000))
+    return heads, int(config.get("num_key_value_heads") or heads)
 
 
 def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequence[str] = (), needles: int = 4,
@@ -145,8 +139,8 @@ def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequen
     from corun_sglang import tiers
     from corun_sglang.launch import Server
 
-    heads, kv_heads, vocab = model_heads(model_path)
-    least = packing.shortest(heads, kv_heads)
+    least = packing.shortest(*model_heads(model_path))
+    vocab = model_vocab(model_path)
     args = ["--corun", "--corun-prefill-pack-candidate", str(pack), *server_args]
     server = Server(model_path, args, log, static_gb=static_gb)
     try:

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 FIRST_TOKEN = 100
 
 
-def _prompt(rnd: random.Random, length: int, vocab: int) -> list[int]:
+def prompt_ids(rnd: random.Random, length: int, vocab: int) -> list[int]:
+    """``length`` seeded token ids in [FIRST_TOKEN, vocab)."""
     return [rnd.randrange(FIRST_TOKEN, vocab) for _ in range(length)]
 
 
@@ -46,13 +47,13 @@ def needles(count: int, tokens: int, vocab: int, seed: int = 0) -> list[dict]:
     """``count`` needle requests: prompts from 32 to 2,048 tokens (log-spaced), T 0.8, seeded."""
     rnd = random.Random(seed)
     lengths = [int(32 * 64 ** (i / max(1, count - 1))) for i in range(count)]
-    return [_body(_prompt(rnd, n, vocab), tokens, 0.8, seed * 1000 + i) for i, n in enumerate(lengths)]
+    return [_body(prompt_ids(rnd, n, vocab), tokens, 0.8, seed * 1000 + i) for i, n in enumerate(lengths)]
 
 
 def corunners(count: int, tokens: int, vocab: int, seed: int) -> list[dict]:
     """``count`` streamed co-runners with short prompts (16-48 tokens), ``tokens`` new tokens each."""
     rnd = random.Random(seed)
-    return [_body(_prompt(rnd, rnd.randint(16, 48), vocab), tokens, 1.0, seed * 1000 + i, stream=True)
+    return [_body(prompt_ids(rnd, rnd.randint(16, 48), vocab), tokens, 1.0, seed * 1000 + i, stream=True)
             for i in range(count)]
 
 

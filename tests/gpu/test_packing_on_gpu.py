@@ -53,9 +53,9 @@ def test_verify_prefill_pack_verifies_the_pack(verified):
 def test_default_sglang_packing_changes_a_prompts_bits(launch, checkpoint, folder):
     """The negative control: the probe that verifies the pack sees default SGLang's packing."""
     server = launch(checkpoint, "--disable-radix-cache", name="pack-default")
-    heads, kv_heads, vocab = verify_packing.model_heads(checkpoint)
     found = verify_packing.probe(verify_packing.http_sender(server.url, server.log), PACK,
-                                 packing.shortest(heads, kv_heads), vocab)
+                                 packing.shortest(*verify_packing.model_heads(checkpoint)),
+                                 verify_packing.model_vocab(checkpoint))
     (folder / "pack-default.json").write_text(json.dumps(found, indent=1))
     assert any(got["counted"] for got in found.values()), "default SGLang packed no needle"
     assert any(got["differ"] for got in found.values()), found
