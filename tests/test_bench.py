@@ -381,6 +381,20 @@ def test_report_checks_the_targets_of_corun_with_a_prefill_pack(tmp_path):
     assert "STD 1000, BI 600, CoRun-tiers 760, CoRun-tiers-pack 810" in text
 
 
+def test_a_study_without_std_judges_bi_slower_than_std_by_the_other_studies(tmp_path):
+    def row(study, arm, tput):
+        return {**_row(arm, 0, "fixed-64-448", tput), "study": study}
+
+    # BI is slower than STD where both ran (study "a"); study "b" ran no STD: its ratio stays its own
+    rows = [row("a", "STD", 1000), row("a", "BI", 600), row("a", "CoRun", 700),
+            row("b", "BI", 500), row("b", "CoRun-tiers-pack", 800)]
+    text = _report(tmp_path, rows)
+    assert "| CoRun-tiers-pack >= 1.3x BI where BI is slower than STD | b | qwen3-8b | fixed-64-448 | 256 | 1.60" in text
+    # where no study shows BI slower than STD, the target does not apply
+    rows[1] = row("a", "BI", 1100)
+    assert "CoRun-tiers-pack >= 1.3x BI" not in _report(tmp_path, rows)
+
+
 def test_report_counts_the_requests_corun_and_its_tiers_agree_on():
     def row(arm, rep, digests, seed=7):
         return {**_row(arm, rep, "sharegpt", 100.0), "prompt_seed": seed, "output_digests": digests}
@@ -799,7 +813,7 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
     text = script.read_text()
     for name in ("dense-core", "dense-long", "dense-sweep", "dense-ablation", "dense-ablation-c16", "dense-tiers",
                  "dense-tiers-lt", "dense-profile-lt", "dense-profile", "dense-padding", "moe-core", "moe-core-tiers",
-                 "moe-tiers-bi", "moe-long", "moe-profile", "moe-tiers", "moe-padding", "tp2-core", "sampler"):
+                 "moe-tiers-bi", "moe-pack-bi", "dense-pack", "moe-long", "moe-profile", "moe-tiers", "moe-padding", "tp2-core", "sampler"):
         assert f"#   {name}" in text and f"{name})" in text
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "no-such-slice"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout

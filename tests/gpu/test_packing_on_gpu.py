@@ -1,11 +1,12 @@
 """Packed prefill on a GPU, end to end on a synthetic checkpoint.
 
 ``verify-prefill-pack`` must verify a pack of ``CORUN_PACK`` tokens (default 1024) on a ``--corun``
-candidate server: every needle, 17 to 1007 tokens on a Qwen3 shape, keeps its generation alone in
-every packing. The negative control runs the same probe against default SGLang, which packs too but
-runs a lone prompt at its own token count: there a packed needle must differ from it alone. A server
-serving the record keeps a needle's bits among concurrent short prompts, and a record whose
-environment differs keeps the server from starting.
+candidate server: every needle, from the shortest packable prompt (33 tokens on qwen3-small) to the
+pack less that, keeps its generation alone in every packing. The negative control runs the same probe
+against default SGLang on FlashInfer attention (as ``--corun`` serves it), which packs too but runs a
+lone prompt at its own token count: there a packed needle must differ from it alone. A server serving
+the record keeps a needle's bits among concurrent short prompts, and a record whose environment
+differs keeps the server from starting. Each test stops its servers, so the next one has the GPU.
 
 Environment: ``CORUN_PACK``, ``CORUN_RESULTS`` (the record, server logs and a summary are written there).
 """
@@ -52,10 +53,13 @@ def test_verify_prefill_pack_verifies_the_pack(verified):
 
 def test_default_sglang_packing_changes_a_prompts_bits(launch, checkpoint, folder):
     """The negative control: the probe that verifies the pack sees default SGLang's packing."""
-    server = launch(checkpoint, "--disable-radix-cache", name="pack-default")
-    found = verify_packing.probe(verify_packing.http_sender(server.url, server.log), PACK,
-                                 packing.shortest(*verify_packing.model_heads(checkpoint)),
-                                 verify_packing.model_vocab(checkpoint))
+    server = launch(checkpoint, "--attention-backend", "flashinfer", "--disable-radix-cache", name="pack-default")
+    try:
+        found = verify_packing.probe(verify_packing.http_sender(server.url, server.log), PACK,
+                                     packing.shortest(*verify_packing.model_heads(checkpoint)),
+                                     verify_packing.model_vocab(checkpoint))
+    finally:
+        server.stop()  # the GPU's memory goes to the next test's server
     (folder / "pack-default.json").write_text(json.dumps(found, indent=1))
     assert any(got["counted"] for got in found.values()), "default SGLang packed no needle"
     assert any(got["differ"] for got in found.values()), found
@@ -81,8 +85,10 @@ def test_a_packing_server_keeps_a_needles_bits_among_concurrent_prompts(verified
         t.start()
     for t in threads:
         t.join()
+    log = server.log_text()
+    server.stop()  # the GPU's memory goes to the next test's server
     assert got[24] == alone
-    batches = [int(n) for n, _ in verify_packing.PREFILL_LOG.findall(server.log_text())]
+    batches = [int(n) for n, _ in verify_packing.PREFILL_LOG.findall(log)]
     assert max(batches) > 1, "no prefill packed two prompts"
 
 
