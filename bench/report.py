@@ -4,7 +4,9 @@ Rows are grouped by study (``bench/run.py --study``, the slice that made
 them: arms are compared only within one study, which ran them interleaved on
 one GPU). Per study and (shape, workload, concurrency, arm): the median over repetitions of
 output throughput, median TPOT and median TTFT, with the min-max spread.
-Ratios compare medians (CoRun/BI, CoRun/STD, BI/STD). The time-weighted
+Ratios compare medians (CoRun/BI, CoRun/STD, BI/STD); a study's other arms
+(tiers, pack, ablations) each get a row of their own ratios to BI, STD and
+CoRun. The time-weighted
 aggregate throughput of an arm over a set of workloads is the total generated
 tokens over the total wall time, per repetition, then the median; it covers the
 workloads every arm has run in every repetition. Where rows carry the servers'
@@ -563,10 +565,10 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
         lines += [notes.strip(), ""]
     for study, (rows, c) in groups.items():
         lines += _study_sections(study, rows, c, plots)
+    arms = (*ARMS, TIERS_ARM, PACK_ARM)
     decode = [(study, k) for study, (_, c) in groups.items()
-              for k in sorted({k[:3] for k, v in c.items() if v["decode_phase"] and k[3] in ARMS})]
+              for k in sorted({k[:3] for k, v in c.items() if v["decode_phase"] and k[3] in arms})]
     if decode:
-        arms = (*ARMS, TIERS_ARM)
         lines += ["## Decode phase (output tok/s while the first wave decodes; medians, min-max)", "",
                   "Measure: \"log\" is the server's own decode throughput (its log's samples, one per 40 "
                   "steps) while the whole first wave runs, where two or more samples fall in that phase; "
@@ -577,8 +579,8 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
                   "spans a few steps (a first wave holding a request of a few output tokens). The client's "
                   "measures hold only while the client reads its streams as fast as they come.", "",
                   "| study | shape | workload | concurrency | measure | " + " | ".join(arms)
-                  + f" | CoRun/STD | CoRun/BI | {TIERS_ARM}/STD |",
-                  "| --- | --- | --- | ---: | --- | " + " | ".join("---:" for _ in arms) + " | ---: | ---: | ---: |"]
+                  + f" | CoRun/STD | CoRun/BI | {TIERS_ARM}/STD | {PACK_ARM}/STD |",
+                  "| --- | --- | --- | ---: | --- | " + " | ".join("---:" for _ in arms) + " | ---: | ---: | ---: | ---: |"]
         for study, key in decode:
             c = groups[study][1]
             v = {arm: (c.get((*key, arm)) or {}).get("decode_phase") for arm in arms}
@@ -586,7 +588,7 @@ def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], 
             measure = "/".join(sorted({(c.get((*key, a)) or {}).get("decode_measure") or "" for a in arms} - {""}))
             cols = ["-" if v[a] is None else f"{v[a]:.0f} ({spread[a][0]:.0f}-{spread[a][1]:.0f})" for a in arms]
             rel = [_fmt(v[a] / v[d] if v[a] and v[d] else None)
-                   for a, d in (("CoRun", "STD"), ("CoRun", "BI"), (TIERS_ARM, "STD"))]
+                   for a, d in (("CoRun", "STD"), ("CoRun", "BI"), (TIERS_ARM, "STD"), (PACK_ARM, "STD"))]
             lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | {measure} | "
                          + " | ".join(cols + rel) + " |")
         lines.append("")
@@ -656,12 +658,27 @@ def _study_sections(study: str, rows: list[dict], c: dict, plots: dict[tuple, st
             lines.append(f"| {w} | {' | '.join(tput)} | {_fmt(ratio(c, key, co, 'BI'))} | "
                          f"{_fmt(ratio(c, key, co, 'STD'))} | {_fmt(ratio(c, key, 'BI', 'STD'))} | "
                          f"{tpot} | {reps} |")
+        others = [a for a in ORDER if a in arms and a not in ("STD", "BI", co)] + sorted(arms - {*ORDER, co})
+        if others:
+            lines += ["", "The study's other arms (ratios of medians):", "",
+                      f"| workload | arm | tok/s | /BI | /STD | /{co} | TPOT ms | reps |",
+                      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            for w in sorted({k[1] for k in c if k[0] == shape and k[2] == concurrency}):
+                key = (shape, w, concurrency)
+                for arm in others:
+                    v = c.get((*key, arm))
+                    if v:
+                        lines.append(f"| {w} | {arm} | {v['output_throughput']:.0f} ({v['spread'][0]:.0f}-"
+                                     f"{v['spread'][1]:.0f}) | {_fmt(ratio(c, key, arm, 'BI'))} | "
+                                     f"{_fmt(ratio(c, key, arm, 'STD'))} | {_fmt(ratio(c, key, arm, co))} | "
+                                     f"{v['median_tpot_ms']:.1f} | {v['reps']} |")
         agg, covered = aggregate(rows, shape, concurrency)
         if agg:
             lines += ["", f"Time-weighted aggregate throughput over {', '.join(covered)} (tok/s): "
                       + ", ".join(f"{arm} {agg[arm]:.0f}" for arm in ORDER if arm in agg)]
-            if co in agg and "BI" in agg and "STD" in agg:
-                lines.append(f"{co}/BI {agg[co] / agg['BI']:.2f}, {co}/STD {agg[co] / agg['STD']:.2f}")
+            if "BI" in agg and "STD" in agg:
+                lines.append("; ".join(f"{arm}/BI {agg[arm] / agg['BI']:.2f}, {arm}/STD {agg[arm] / agg['STD']:.2f}"
+                                       for arm in (co, *others) if arm in agg))
         steps = steps_table(rows, shape, concurrency)
         if steps:
             lines += ["", "Decode steps by load, from the servers' logs (medians over repetitions):", "", *steps]

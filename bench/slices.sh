@@ -36,8 +36,8 @@
 #                   pack record of 1024 tokens, docs/results/pack; where a server refuses a record, its
 #                   environment differs: verify anew without --tiers and --pack)
 #   dense-pack      qwen3-8b, fixed-64-448 and sharegpt, side by side at 30 GiB each: STD, BI, CoRun and
-#                   CoRun-tiers-pack (decode tiers and a 1024-token prefill pack, both verified first and kept in
-#                   RESULTS/logs): what packed prefill takes back of isolated prefill's cost on the dense model
+#                   CoRun-tiers-pack (the committed decode tiers and 1024-token prefill pack records of this
+#                   checkpoint): what packed prefill takes back of isolated prefill's cost on the dense model
 #   moe-long        qwen3-30b-a3b, one arm at a time: blazedit-synthetic, fixed-1024-2048, fixed-4096-128,
 #                   fixed-4096-2048 (with moe-core: every workload of the matrix)
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
@@ -105,7 +105,8 @@ for spec in "$@"; do
             --pack docs/results/pack/pack-qwen3-30b-a3b-tp1-bench.json \
             --workloads "$(only fixed-64-448)" ;;
         dense-pack) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 --static-gb 30 \
-            --arms STD,BI,CoRun,CoRun-tiers-pack --pack-size 1024 \
+            --arms STD,BI,CoRun,CoRun-tiers-pack --tiers docs/results/tiers/tiers-qwen3-8b-tp1-bench.json \
+            --pack docs/results/pack/pack-qwen3-8b-tp1-bench.json \
             --workloads "$(only fixed-64-448,sharegpt)" ;;
         moe-long) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --arm-args BI=--disable-prefill-cuda-graph \

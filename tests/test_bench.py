@@ -334,6 +334,15 @@ def test_a_missed_target_shows_the_digits_that_tell_it_from_the_target(tmp_path)
         in out.read_text()
 
 
+def test_the_decode_phase_table_shows_the_pack_arm_beside_the_others(tmp_path):
+    rows = [{**_row(arm, rep, "fixed-64-448", 1000), "decode_phase_throughput": d, "study": "pack"}
+            for rep in range(3) for arm, d in (("STD", 2000), ("BI", 1000), ("CoRun", 1800), ("CoRun-tiers-pack", 1900))]
+    text = _report(tmp_path, rows)
+    assert "| CoRun/STD | CoRun/BI | CoRun-tiers/STD | CoRun-tiers-pack/STD |" in text
+    assert ("| pack | qwen3-8b | fixed-64-448 | 256 | window | 2000 (2000-2000) | 1000 (1000-1000) | 1800 (1800-1800) "
+            "| - | 1900 (1900-1900) | 0.90 | 1.80 | - | 0.95 |") in text
+
+
 def test_report_tables_each_step_profile_run_on_its_own(tmp_path):
     def prof(arm, load, span, kv):
         return {"shape": "qwen3-8b", "arm": arm, "load": load, "running": load, "kv_tokens": kv,
@@ -464,6 +473,16 @@ def test_a_study_of_corun_with_tiers_alone_shows_it_in_corun_columns(tmp_path):
     assert "| workload | STD tok/s | BI tok/s | CoRun-tiers tok/s | CoRun-tiers/BI | CoRun-tiers/STD | BI/STD |" in text
     assert "| fixed-64-448 | 1000 (1000-1000) | 600 (600-600) | 840 (840-840) | 1.40 | 0.84 | 0.60 |" in text
     assert "CoRun-tiers/BI 1.40, CoRun-tiers/STD 0.84" in text
+
+
+def test_a_study_shows_every_arm_beside_corun_with_its_ratios(tmp_path):
+    rows = [{**_row(arm, rep, "fixed-64-448", t), "study": "pack"}
+            for rep in range(3) for arm, t in (("STD", 1000), ("BI", 500), ("CoRun", 600), ("CoRun-tiers-pack", 1100))]
+    text = _report(tmp_path, rows)
+    assert "| fixed-64-448 | 1000 (1000-1000) | 500 (500-500) | 600 (600-600) | 1.20 | 0.60 | 0.50 |" in text
+    assert "| workload | arm | tok/s | /BI | /STD | /CoRun | TPOT ms | reps |" in text
+    assert "| fixed-64-448 | CoRun-tiers-pack | 1100 (1100-1100) | 2.20 | 1.10 | 1.83 |" in text
+    assert "CoRun/BI 1.20, CoRun/STD 0.60; CoRun-tiers-pack/BI 2.20, CoRun-tiers-pack/STD 1.10" in text
 
 
 def test_common_options_and_prepare_reuse_an_existing_checkpoint(tmp_path):
@@ -796,10 +815,10 @@ def test_report_decode_phase_timelines_sweep_and_padding(tmp_path):
     out = tmp_path / "benchmarks.md"
     assert report.main([str(runs), "--out", str(out), "--padding", str(padding)]) == 0
     text = out.read_text()
-    assert ("| qwen3-8b | fixed-64-448 | 256 | window | 4001 (4000-4002) | 2001 (2000-2002) | 3801 (3800-3802) | - "
-            "| 0.95 | 1.90 | - |") in text
-    assert ("| qwen3-8b | fixed-64-448 | 64 | steps | 8001 (8000-8002) | 4001 (4000-4002) | 7601 (7600-7602) | - "
-            "| 0.95 | 1.90 | - |") in text
+    assert ("| qwen3-8b | fixed-64-448 | 256 | window | 4001 (4000-4002) | 2001 (2000-2002) | 3801 (3800-3802) | - | - "
+            "| 0.95 | 1.90 | - | - |") in text
+    assert ("| qwen3-8b | fixed-64-448 | 64 | steps | 8001 (8000-8002) | 4001 (4000-4002) | 7601 (7600-7602) | - | - "
+            "| 0.95 | 1.90 | - | - |") in text
     assert "| qwen3-8b | 1 | 5.00 | 5.00 | 1.00 |" in text and "| qwen3-8b | 256 | 7.50 | 5.00 | 1.50 |" in text
     assert "![padding](padding.png)" in text and (tmp_path / "padding.png").stat().st_size > 1000
     for png in ("timeline-qwen3-8b-fixed-64-448-c256.png", "sweep-qwen3-8b-fixed-64-448.png"):
@@ -819,6 +838,32 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
     assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout
     usage = subprocess.run(["bash", str(script)], capture_output=True, text=True)
     assert usage.returncode == 2 and "usage: bench/slices.sh RESULTS SLICE..." in usage.stdout
+
+
+def test_the_records_a_slice_names_load_and_share_one_environment():
+    """A slice that serves committed records must name ones a server can load, and a tiers record and a
+    pack record made in one environment: the server refuses either unless it matches the host."""
+    import re
+
+    from corun_sglang import packing, tiers
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "bench" / "slices.sh").read_text()
+    named = 0
+    for slice_text in re.split(r"\n\s+[a-z0-9-]+\) ", text):
+        found = dict(re.findall(r"--(tiers|pack) (docs/results/\S+\.json)", slice_text))
+        records = {}
+        if "tiers" in found:
+            records["tiers"] = tiers.load(root / found["tiers"])
+        if "pack" in found:
+            records["pack"] = packing.load(root / found["pack"])
+            assert records["pack"].needles and all(n > 0 for n in records["pack"].needles.values())
+        for record in records.values():
+            assert record.environment["gpu"] == "NVIDIA H200" and record.environment["tp_size"] == 1
+        if len(records) == 2:
+            assert records["tiers"].environment == records["pack"].environment, found
+        named += len(records)
+    assert named >= 4  # moe-core-tiers, moe-tiers-bi, moe-pack-bi (two), dense-pack (two)
 
 
 def test_slices_script_runs_only_the_named_workloads_of_a_split_slice(tmp_path):
