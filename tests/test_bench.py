@@ -863,7 +863,7 @@ def test_the_records_a_slice_names_load_and_share_one_environment():
         if len(records) == 2:
             assert records["tiers"].environment == records["pack"].environment, found
         named += len(records)
-    assert named >= 4  # moe-core-tiers, moe-tiers-bi, moe-pack-bi (two), dense-pack (two)
+    assert named >= 6  # moe-core-tiers, moe-tiers-bi, moe-pack-bi (two), dense-pack (two)
 
 
 def test_slices_script_runs_only_the_named_workloads_of_a_split_slice(tmp_path):
