@@ -48,8 +48,10 @@ ABLATION_ARMS = ("SplitKV-off", "SplitKV-off+IsoPrefill")
 TIERS_ARM = "CoRun-tiers"
 #: CoRun-tiers serving a verified prefill pack (``corun-sglang verify-prefill-pack``) too.
 PACK_ARM = "CoRun-tiers-pack"
+#: CoRun-tiers-pack whose packs wait for KV (``--corun-prefill-pack-wait``).
+WAIT_ARM = "CoRun-tiers-pack-wait"
 #: Every arm, in the order tables and plots show them.
-ORDER = ("STD", "BI", *ABLATION_ARMS, "CoRun", TIERS_ARM, PACK_ARM)
+ORDER = ("STD", "BI", *ABLATION_ARMS, "CoRun", TIERS_ARM, PACK_ARM, WAIT_ARM)
 #: The fewest decode steps a client-measured decode phase must span to be measured: one interval of the
 #: server's decode log. A shorter one (a trace whose first wave holds a request of a few output tokens)
 #: is a handful of steps, whose timings the client's reads and the step a prefill lands in decide.
@@ -214,7 +216,7 @@ def steps_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
             cols.append("-" if ms[b] is None else f"{secs[b]:.1f} ({ms[b]:.1f})")
         saved = "-"
         std = groups.get((w, "STD"))
-        if arm in ("CoRun", TIERS_ARM, PACK_ARM) and std:
+        if arm in ("CoRun", TIERS_ARM, PACK_ARM, WAIT_ARM) and std:
             std_pooled = [s for r in std for s in r["decode_steps"]]
             ref = {b: serverlog.step_ms(std_pooled, *b) for b in LOADS}
             saved = f"{sum(secs[b] * (1 - ref[b] / ms[b]) for b in LOADS if ms[b] and ref[b]):.1f}"

@@ -56,6 +56,8 @@ ARMS = {
     "CoRun-tiers": ["--corun"],
     # CoRun-tiers with packed prefill: the pack of --pack (or --pack-size, verified first)
     "CoRun-tiers-pack": ["--corun"],
+    # CoRun-tiers-pack whose packs the KV pool cuts short wait up to 32 decode steps for KV to free
+    "CoRun-tiers-pack-wait": ["--corun", "--corun-prefill-pack-wait", "32"],
     # CoRun with a decode graph's padding rows routed through the MoE experts (the plain arm skips them)
     "CoRun-moecompute": ["--corun", "--corun-moe-padding", "compute"],
     # ablations (``--arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun``)
@@ -175,8 +177,8 @@ def add_tier_options(parser: argparse.ArgumentParser) -> None:
 
 
 #: Arms that serve the decode tiers record, and those that serve a prefill pack record.
-TIERED = ("CoRun-tiers", "CoRun-tiers-pack")
-PACKED = ("CoRun-tiers-pack",)
+TIERED = ("CoRun-tiers", "CoRun-tiers-pack", "CoRun-tiers-pack-wait")
+PACKED = ("CoRun-tiers-pack", "CoRun-tiers-pack-wait")
 
 
 def add_pack_options(parser: argparse.ArgumentParser) -> None:

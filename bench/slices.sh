@@ -38,6 +38,9 @@
 #   dense-pack      qwen3-8b, fixed-64-448 and sharegpt, side by side at 30 GiB each: STD, BI, CoRun and
 #                   CoRun-tiers-pack (the committed decode tiers and 1024-token prefill pack records of this
 #                   checkpoint): what packed prefill takes back of isolated prefill's cost on the dense model
+#   dense-pack-wait qwen3-8b, sharegpt, side by side at 30 GiB each: STD, CoRun-tiers-pack and
+#                   CoRun-tiers-pack-wait (--corun-prefill-pack-wait 32), dense-pack's records: what waiting for
+#                   KV takes back of the packs of one prompt (bench/admission.py replays the count)
 #   moe-long        qwen3-30b-a3b, one arm at a time: blazedit-synthetic, fixed-1024-2048, fixed-4096-128,
 #                   fixed-4096-2048 (with moe-core: every workload of the matrix)
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
@@ -108,6 +111,9 @@ for spec in "$@"; do
             --arms STD,BI,CoRun,CoRun-tiers-pack --tiers docs/results/tiers/tiers-qwen3-8b-tp1-bench.json \
             --pack docs/results/pack/pack-qwen3-8b-tp1-bench.json \
             --workloads "$(only fixed-64-448,sharegpt)" ;;
+        dense-pack-wait) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 --static-gb 30 \
+            --arms STD,CoRun-tiers-pack,CoRun-tiers-pack-wait --tiers docs/results/tiers/tiers-qwen3-8b-tp1-bench.json \
+            --pack docs/results/pack/pack-qwen3-8b-tp1-bench.json --workloads "$(only sharegpt)" ;;
         moe-long) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --arm-args BI=--disable-prefill-cuda-graph \
             --workloads "$(only blazedit-synthetic,fixed-1024-2048,fixed-4096-128,fixed-4096-2048)" ;;

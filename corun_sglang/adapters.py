@@ -163,6 +163,34 @@ def add_one_req(original, self, req, *args, **kwargs):
     return original(self, req, *args, **kwargs)
 
 
+def _pack_cut_short(scheduler, running_batch) -> bool:
+    """``packing.cut_short`` for the scheduler's waiting queue and ``running_batch``."""
+    page = scheduler.page_size
+    return packing.cut_short(
+        ((*_prompt(r), _reserved(r, page)) for r in scheduler.waiting_queue),
+        [_reserved(r, page) for r in running_batch.reqs],
+        scheduler.token_to_kv_pool_allocator.size, scheduler.max_running_requests, *_pack(),
+    )
+
+
+def prefill_wait(original, self, running_batch, *args, **kwargs):
+    """With ``--corun-prefill-pack-wait W``: a prefill that full-sequence admission would cut short
+    (``packing.cut_short``) is skipped for up to W passes in a row, each a decode step of ``running_batch``
+    instead; then it runs as admission allows."""
+    server_args = _server_args()
+    wait = server_args.corun_config.prefill_pack_wait if _corun(server_args) else 0
+    waited = getattr(self, "_corun_pack_waited", 0)
+    if (wait and waited < wait and self.chunked_req is None and self.waiting_queue
+            and not running_batch.is_empty() and not running_batch.batch_is_full
+            and _pack_cut_short(self, running_batch)):
+        from sglang.srt.managers.schedule_batch import NextBatchPlan
+
+        self._corun_pack_waited = waited + 1
+        return NextBatchPlan(batch_to_run=None, running_batch=running_batch)
+    self._corun_pack_waited = 0
+    return original(self, running_batch, *args, **kwargs)
+
+
 def retract_decode(original, self, server_args, *args, **kwargs):
     """Decode retraction never runs under ``--corun``: full-sequence admission rules it out."""
     if _corun(server_args):

@@ -462,14 +462,17 @@ class CorunConfig:
     prefill_pack: int | None = None
     prefill_pack_shortest: int | None = None
     prefill_pack_verified: bool = False
+    prefill_pack_wait: int = 0
 
     def _prefill(self) -> str:
         if self.prefill_pack is None:
             return f"prefill {self.prefill_requests_per_batch} request/batch"
         verified = ("verified by --corun-prefill-pack" if self.prefill_pack_verified
                     else "UNVERIFIED pack candidate, not deterministic")
+        wait = (f", a pack the KV pool cuts short waits up to {self.prefill_pack_wait} decode steps"
+                if self.prefill_pack_wait else "")
         return (f"prefill 1 request/batch or packed: prompts of {self.prefill_pack_shortest}-{self.prefill_pack} "
-                f"tokens at {self.prefill_pack} tokens ({verified})")
+                f"tokens at {self.prefill_pack} tokens ({verified}{wait})")
 
     def _graphs(self) -> str:
         if not self.decode_tiers:
@@ -578,4 +581,5 @@ def resolve(args: Any, attention_backends: tuple[str, str], shortest: int | None
         prefill_pack=prefill_pack(args),
         prefill_pack_shortest=shortest,
         prefill_pack_verified=getattr(args, PACK_RECORD_ATTR, None) is not None,
+        prefill_pack_wait=getattr(args, "corun_prefill_pack_wait", 0) or 0,
     )

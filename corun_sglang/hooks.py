@@ -61,7 +61,12 @@ HOOKS: tuple[Hook, ...] = (
         HookType.AROUND,
         "corun_sglang.adapters:add_one_req",
     ),
-    # packed prefill (--corun-prefill-pack)
+    # packed prefill (--corun-prefill-pack, --corun-prefill-pack-wait)
+    Hook(
+        "sglang.srt.managers.scheduler.Scheduler.get_new_batch_prefill",
+        HookType.AROUND,
+        "corun_sglang.adapters:prefill_wait",
+    ),
     Hook(
         "sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner.__init__",
         HookType.AFTER,

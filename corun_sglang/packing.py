@@ -17,6 +17,9 @@ Invariants:
 - ``shortest`` keeps a packed batch's mean packed query length (prompt tokens times the GQA group)
   above ``QUERY_TILE_ROWS``, where FlashInfer's prefill plan picks its widest query tile: the tile
   is the same for a packable prompt alone and packed;
+- with ``--corun-prefill-pack-wait W``, a pack that full-sequence admission would cut short (``cut_short``)
+  waits up to W decode steps for finishing requests to free KV: which prompts share a prefill changes,
+  never the shape any of them runs at;
 - a server packs only with a ``Record`` that ``corun-sglang verify-prefill-pack`` wrote in an
   environment equal to its own (``corun_sglang.tiers.environment``), or, unverified and making no
   determinism promise, for that verification (``--corun-prefill-pack-candidate``).
@@ -28,6 +31,8 @@ import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from corun_sglang import policy
 
 #: FlashInfer's ``FA2DetermineCtaTileQ``: above this mean packed query length a prefill plan takes
 #: its 128-row query tile (head dims below 256), at or below it a narrower one.
@@ -60,6 +65,32 @@ def joins(batch: Iterable[tuple[int, int]], candidate: tuple[int, int], pack: in
     batch = list(batch)
     every = [*batch, candidate]
     return bool(batch) and all(packable(n, p, pack, least) for n, p in every) and sum(n for n, _ in every) <= pack
+
+
+def cut_short(waiting: Iterable[tuple[int, int, int]], running: list[int], pool_tokens: int, max_running: int,
+              pack: int, least: int) -> bool:
+    """Whether full-sequence admission ends the next prefill pack before the pack does.
+
+    ``waiting`` is the queue in order, each ``(prompt_len, prefix_len, reserved_tokens)``; ``running`` the
+    reserved tokens of every admitted, unfinished request (``policy.reserved_tokens``). The prefill takes
+    waiting prompts in order and stops at the first it refuses, as SGLang's scheduler does. True when its
+    first prompt is admitted and packable and a later one that would join the pack (``joins``) is refused
+    only by ``policy.admits``: the KV pool or N is taken, and KV the decode steps free would let it in.
+    False when the pack is full, the next prompt is not packable, the queue ends, or nothing is admitted.
+    """
+    batch: list[tuple[int, int]] = []
+    held = list(running)
+    for prompt_len, prefix_len, reserved in waiting:
+        prompt = (prompt_len, prefix_len)
+        if not batch and not packable(*prompt, pack, least):
+            return False
+        if batch and not joins(batch, prompt, pack, least):
+            return False
+        if not policy.admits(reserved, held, pool_tokens, max_running):
+            return bool(batch)
+        batch.append(prompt)
+        held.append(reserved)
+    return False
 
 
 def graph_counts(counts: Iterable[int], pack: int) -> list[int]:

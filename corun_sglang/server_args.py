@@ -69,6 +69,14 @@ class CorunServerArgs(SGLangServerArgs):
         "For `corun-sglang verify-prefill-pack` only: with --corun, pack prefills at this token count "
         "unverified. Outputs are NOT deterministic.",
     ] = None
+    corun_prefill_pack_wait: A[
+        int,
+        "With --corun-prefill-pack: a prefill pack that the KV pool would cut short (a waiting prompt "
+        "would join it but its whole sequence does not fit yet) waits up to this many decode steps for "
+        "finishing requests to free KV, so waiting prompts are admitted a pack at a time rather than one "
+        "at a time: fewer prefill iterations, for a queued prompt's time to first token. Tokens and "
+        "logprobs are unaffected. 0: never waits.",
+    ] = 0
     corun_moe_padding: A[
         Literal["auto", "compute", "skip"],
         "With --corun, on an MoE model: what the padding rows of a decode CUDA graph (the slots no "
@@ -84,10 +92,11 @@ class CorunServerArgs(SGLangServerArgs):
             raise config.CorunConfigError(
                 ["--corun-moe-padding: part of --corun. Fix: add --corun, or drop --corun-moe-padding"]
             )
-        if not self.corun and (self.corun_prefill_pack or self.corun_prefill_pack_candidate):
+        if not self.corun and (self.corun_prefill_pack or self.corun_prefill_pack_candidate
+                               or self.corun_prefill_pack_wait):
             raise config.CorunConfigError(
-                ["--corun-prefill-pack / --corun-prefill-pack-candidate: packed prefill is part of --corun. "
-                 "Fix: add --corun, or drop them"]
+                ["--corun-prefill-pack / --corun-prefill-pack-candidate / --corun-prefill-pack-wait: packed "
+                 "prefill is part of --corun. Fix: add --corun, or drop them"]
             )
         if not self.corun and (self.corun_decode_tiers or self.corun_decode_tier_candidates):
             raise config.CorunConfigError(
@@ -143,6 +152,11 @@ class CorunServerArgs(SGLangServerArgs):
     def _pack_problems(self) -> list[str]:
         """Load ``--corun-prefill-pack`` (or take the candidate); what keeps the pack from being served."""
         setattr(self, config.PACK_RECORD_ATTR, None)
+        wait = self.corun_prefill_pack_wait
+        if wait < 0 or (wait and not (self.corun_prefill_pack or self.corun_prefill_pack_candidate)):
+            return [f"--corun-prefill-pack-wait {wait}: "
+                    + ("a number of decode steps, 0 or more. Fix: pass 0 to never wait" if wait < 0 else
+                       "a pack waits only with --corun-prefill-pack. Fix: add --corun-prefill-pack, or drop it")]
         try:
             if self.corun_prefill_pack:
                 record = packing.load(self.corun_prefill_pack)

@@ -381,8 +381,9 @@ PACK = 256  # the tiny model packs prompts of 33 to 256 tokens (4 query heads on
 @pytest.fixture
 def packing_args(make_args):
     """Publish ``--corun --corun-prefill-pack-candidate 256`` (or plain ``--corun`` with ``pack=False``)."""
-    def publish_args(pack: bool = True):
-        args = make_args(corun=True, corun_prefill_pack_candidate=PACK if pack else None)
+    def publish_args(pack: bool = True, wait: int = 0):
+        args = make_args(corun=True, corun_prefill_pack_candidate=PACK if pack else None,
+                         corun_prefill_pack_wait=wait)
         publish(args, role="scheduler")
         return args
 
@@ -450,6 +451,76 @@ def test_admission_reserves_the_whole_sequences_of_prompts_already_packed(packin
     assert adder.add_one_req(_req(1, 40, 100, cache), False, None) is AddReqResult.CONTINUE
     assert adder.add_one_req(_req(2, 40, 100, cache), False, None) is AddReqResult.CONTINUE
     assert adder.add_one_req(_req(3, 40, 100, cache), False, None) is AddReqResult.NO_TOKEN
+
+
+# (KV pool, running (prompt, max_new), waiting (prompt, max_new)); N = 8, pack 256 from 33 tokens.
+# A request reserves prompt + max_new + 1 tokens. Whether the prefill is cut short by KV or N:
+CUT_SHORT = {
+    "kv refuses the second prompt": (600, [(100, 200)], [(100, 100)] * 3, True),
+    "the pack fills first": (1000, [(100, 200)], [(100, 100)] * 3, False),
+    "kv refuses the first prompt": (400, [(100, 200)], [(100, 100)] * 3, False),
+    "a long prompt runs alone": (10_000, [(100, 200)], [(300, 100), (100, 100)], False),
+    "n refuses the second prompt": (10_000, [(40, 10)] * 7, [(100, 100)] * 2, True),
+    "the queue ends": (10_000, [(100, 200)], [(100, 100)], False),
+}
+
+
+def _scheduler(adder, queue, cache):
+    """What ``prefill_wait`` reads of SGLang's ``Scheduler``, over the adder's pool and waiting ``queue``."""
+    return types.SimpleNamespace(
+        waiting_queue=[_req(i, p, n, cache) for i, (p, n) in enumerate(queue)], chunked_req=None, page_size=1,
+        token_to_kv_pool_allocator=adder.token_to_kv_pool_allocator, max_running_requests=8)
+
+
+@pytest.mark.parametrize("pool,running,queue,short", CUT_SHORT.values(), ids=CUT_SHORT)
+def test_a_pack_is_cut_short_exactly_where_the_prefill_adder_stops_on_kv_or_n(packing_args, pool, running, queue,
+                                                                            short):
+    """The prediction agrees with SGLang's PrefillAdder under the corun hooks, fed the queue as the scheduler
+    feeds it: in order, up to the first refusal."""
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    packing_args()
+    adder, cache = _packing_adder(pool, running)
+    scheduler = _scheduler(adder, queue, cache)
+    assert adapters._pack_cut_short(scheduler, adder.running_batch) is short
+    for req in scheduler.waiting_queue:
+        result = adder.add_one_req(req, False, None)
+        if result is not AddReqResult.CONTINUE:
+            break
+    assert (bool(adder.can_run_list) and result is AddReqResult.NO_TOKEN) is short
+
+
+def test_a_pack_the_kv_pool_cuts_short_waits_up_to_the_limit_then_runs(packing_args, serving):
+    from sglang.srt.managers.schedule_batch import NextBatchPlan
+    from sglang.srt.managers.scheduler import Scheduler
+
+    seen = {}
+    original = _recording(Scheduler.get_new_batch_prefill, seen, result="prefill")
+    pool, running, queue, _ = CUT_SHORT["kv refuses the second prompt"]
+    adder, cache = _packing_adder(pool, running)
+    scheduler, batch = _scheduler(adder, queue, cache), adder.running_batch
+
+    packing_args(wait=2)
+    for _ in range(2):
+        plan = adapters.prefill_wait(original, scheduler, batch)
+        assert isinstance(plan, NextBatchPlan) and plan.batch_to_run is None and plan.running_batch is batch
+    assert not seen
+    assert adapters.prefill_wait(original, scheduler, batch) == "prefill" and seen["running_batch"] is batch
+    assert isinstance(adapters.prefill_wait(original, scheduler, batch), NextBatchPlan)  # it counts anew
+    scheduler.chunked_req = scheduler.waiting_queue[0]  # a chunked prompt's next chunk never waits
+    assert adapters.prefill_wait(original, scheduler, batch) == "prefill"
+    scheduler.chunked_req = None
+    batch.batch_is_full = True  # SGLang's own scheduler admits nothing now: nothing to wait for
+    assert adapters.prefill_wait(original, scheduler, batch) == "prefill"
+    batch.batch_is_full = False
+
+    pool, running, queue, _ = CUT_SHORT["the pack fills first"]
+    full, cache = _packing_adder(pool, running)
+    assert adapters.prefill_wait(original, _scheduler(full, queue, cache), full.running_batch) == "prefill"
+    packing_args(wait=0)
+    assert adapters.prefill_wait(original, scheduler, batch) == "prefill"
+    serving(False)
+    assert adapters.prefill_wait(original, scheduler, batch) == "prefill"
 
 
 @pytest.mark.parametrize("tokens,replayed", [(33, PACK), (200, PACK), (PACK, PACK), (32, 32), (300, 300)])

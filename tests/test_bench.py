@@ -832,7 +832,7 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
     text = script.read_text()
     for name in ("dense-core", "dense-long", "dense-sweep", "dense-ablation", "dense-ablation-c16", "dense-tiers",
                  "dense-tiers-lt", "dense-profile-lt", "dense-profile", "dense-padding", "moe-core", "moe-core-tiers",
-                 "moe-tiers-bi", "moe-pack-bi", "dense-pack", "moe-long", "moe-profile", "moe-tiers", "moe-padding", "tp2-core", "sampler"):
+                 "moe-tiers-bi", "moe-pack-bi", "dense-pack", "dense-pack-wait", "moe-long", "moe-profile", "moe-tiers", "moe-padding", "tp2-core", "sampler"):
         assert f"#   {name}" in text and f"{name})" in text
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "no-such-slice"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout
@@ -863,7 +863,7 @@ def test_the_records_a_slice_names_load_and_share_one_environment():
         if len(records) == 2:
             assert records["tiers"].environment == records["pack"].environment, found
         named += len(records)
-    assert named >= 6  # moe-core-tiers, moe-tiers-bi, moe-pack-bi (two), dense-pack (two)
+    assert named >= 8  # moe-core-tiers, moe-tiers-bi, moe-pack-bi (two), dense-pack (two), dense-pack-wait (two)
 
 
 def test_slices_script_runs_only_the_named_workloads_of_a_split_slice(tmp_path):
@@ -887,6 +887,37 @@ def test_slices_script_runs_only_the_named_workloads_of_a_split_slice(tmp_path):
     env["DONE"] = str(tmp_path / "committed.jsonl")
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "moe-core"], capture_output=True, text=True, env=env)
     assert f"--done {tmp_path / 'committed.jsonl'}" in done.stdout
+
+
+def test_admission_replay_counts_prefills_by_kind_and_decode_steps():
+    import admission
+
+    # pack 256 from 17 tokens: two 100-token prompts share a prefill, the third runs in a pack of its own;
+    # each decodes 2 more tokens in 2 steps, all three at once
+    r = admission.replay([(100, 3)] * 3, pool=10_000, pack=256, least=17)
+    assert r.prefills == {"alone: short": 0, "alone: long": 0, "pack of 1": 1, "pack of 2+": 1}
+    assert (r.decode_steps, r.mean_running) == (2, 3.0)
+    # a pool of 150 holds one whole sequence (104 tokens) at a time: a prefill, then its 2 decode steps
+    r = admission.replay([(100, 3)] * 3, pool=150, pack=256, least=17)
+    assert r.prefills["pack of 1"] == 3 and (r.decode_steps, r.mean_running) == (6, 1.0)
+    r = admission.replay([(10, 3), (2000, 3)], pool=10_000, pack=256, least=17)
+    assert (r.prefills["alone: short"], r.prefills["alone: long"]) == (1, 1)
+    with pytest.raises(ValueError, match="more than the pool"):
+        admission.replay([(100, 3)], pool=50, pack=256, least=17)
+
+
+def test_waiting_for_kv_gathers_packs_of_one_into_fuller_packs():
+    """A pool of three whole sequences, outputs of different lengths: the running requests free their KV a
+    step apart, room for one waiting prompt each. Without a wait most prompts get a prefill of their own;
+    waiting up to 4 passes gathers them two to a pack."""
+    import admission
+
+    pairs = [(100, 2), (100, 3), (100, 4), (100, 5), (100, 5), (100, 5)]
+    pool = 3 * (100 + 5 + 1)
+    alone = admission.replay(pairs, pool=pool, pack=256, least=17, concurrency=6)
+    gathered = admission.replay(pairs, pool=pool, pack=256, least=17, concurrency=6, wait=4)
+    assert (alone.prefills["pack of 1"], alone.prefills["pack of 2+"]) == (4, 1)
+    assert (gathered.prefills["pack of 1"], gathered.prefills["pack of 2+"]) == (0, 3)
 
 
 def test_gemm_tiers_keeps_the_sizes_whose_rows_match_the_full_batch(tmp_path):

@@ -30,6 +30,30 @@ def test_a_prompt_joins_only_a_batch_of_packable_prompts_it_fits():
     assert not packing.joins([(100, 0)], (10, 0), 1024, 17)  # and a prompt shorter than the shortest
 
 
+def _queue(*prompts, new=100):
+    """Waiting prompts of these lengths, fresh, each reserving its prompt and ``new`` tokens."""
+    return [(n, 0, n + new) for n in prompts]
+
+
+def test_a_pack_is_cut_short_only_where_kv_refuses_a_prompt_that_would_join_it():
+    full = dict(pool_tokens=100_000, max_running=256, pack=1024, least=17)
+    assert not packing.cut_short(_queue(500, 300, 200), [], **full)  # the queue ends first
+    assert not packing.cut_short(_queue(500, 300, 300), [], **full)  # the pack is full at 800 of 1024
+    assert not packing.cut_short(_queue(2000, 40), [], **full)  # a long prompt runs alone
+    assert not packing.cut_short(_queue(10, 40), [], **full)  # so does one below the shortest
+    # a pool of 1,000 tokens with 300 held: 500 + 100 fits, then 300 + 100 does not
+    tight = dict(full, pool_tokens=1000)
+    assert packing.cut_short(_queue(500, 300), [300], **tight)
+    assert not packing.cut_short(_queue(500, 300), [401], **tight)  # nothing is admitted at all
+    assert not packing.cut_short(_queue(500, 600), [300], **tight)  # 1,100 tokens would not be one pack anyway
+    # N taken: 3 running and the first prompt fill N = 4
+    assert packing.cut_short(_queue(100, 100), [10, 10, 10], **dict(full, max_running=4))
+    assert not packing.cut_short(_queue(100, 100), [10, 10], **dict(full, max_running=4))
+    # a prompt with a prefix (a later chunk) neither packs nor joins
+    assert not packing.cut_short([(100, 0, 200), (100, 50, 200)], [500], **dict(full, pool_tokens=600))
+    assert not packing.cut_short([(100, 50, 200)], [], **full)
+
+
 def test_the_pack_is_the_smallest_prefill_graph_and_the_count_every_packable_prefill_replays():
     assert packing.graph_counts([4, 64, 1024, 1280, 2048, 1280], 1024) == [1024, 1280, 2048]
     assert packing.graph_counts([4, 64], 512) == [512]

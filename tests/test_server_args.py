@@ -122,6 +122,10 @@ def test_a_prefill_pack_captures_no_prefill_graph_below_it_and_lifts_the_one_req
     candidate = parse("--corun", "--corun-prefill-pack-candidate", "512")
     assert candidate.cuda_graph_config.prefill.bs[0] == 512 and "UNVERIFIED pack" in candidate.corun_config.summary()
     assert parse("--corun").corun_config.prefill_pack is None
+    waiting = parse("--corun", "--corun-prefill-pack", _pack_record(tmp_path), "--corun-prefill-pack-wait", "32")
+    assert waiting.corun_config.prefill_pack_wait == 32 and "cuts short waits up to 32 decode steps" in (
+        waiting.corun_config.summary())
+    assert cfg.prefill_pack_wait == 0 and "waits" not in cfg.summary()
 
 
 @pytest.mark.parametrize("argv,match", [
@@ -133,6 +137,10 @@ def test_a_prefill_pack_captures_no_prefill_graph_below_it_and_lifts_the_one_req
      "exceeds --chunked-prefill-size 2048"),
     (["--corun", "--corun-prefill-pack-candidate", "64"], "below 128"),
     (["--corun", "--corun-prefill-pack-candidate", "1024", "--prefill-max-requests", "8"], "--prefill-max-requests"),
+    (["--corun-prefill-pack-wait", "8"], "--corun-prefill-pack-wait: packed prefill is part of --corun.*add --corun"),
+    (["--corun", "--corun-prefill-pack-wait", "8"], "a pack waits only with --corun-prefill-pack. Fix: add"),
+    (["--corun", "--corun-prefill-pack-candidate", "1024", "--corun-prefill-pack-wait", "-1"],
+     "0 or more. Fix: pass 0"),
 ])
 def test_prefill_pack_refusals(parse, argv, match):
     with pytest.raises(config.CorunConfigError, match=match):
@@ -278,6 +286,7 @@ def test_without_corun_resolution_is_sglangs_own(sglang_plugins, tiny_model, arg
     assert ours.pop("corun_decode_tiers") is None and ours.pop("corun_decode_tier_candidates") is None
     assert ours.pop("corun_moe_padding") == "auto"
     assert ours.pop("corun_prefill_pack") is None and ours.pop("corun_prefill_pack_candidate") is None
+    assert ours.pop("corun_prefill_pack_wait") == 0
     assert ours == theirs
 
 
