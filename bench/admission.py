@@ -2,7 +2,7 @@
 
 No GPU and no server: a closed-loop client keeps ``--concurrency`` requests outstanding, and each
 scheduler pass either runs one prefill, admitted as a ``--corun`` server admits it (in queue order up to
-the first refusal: ``policy.admits`` for whole sequences, ``packing.joins`` for a pack), or one decode
+the first refusal: ``packing.next_prefill``, the policy ``packing.cut_short`` applies), or one decode
 step in which every running request emits a token. With ``--wait W``, a prefill ``packing.cut_short``
 flags is skipped for up to W passes, as ``--corun-prefill-pack-wait W`` does. Passes have no duration
 here: the output counts prefills by kind and decode steps, which a server's log prices.
@@ -56,7 +56,7 @@ def replay(pairs: list[tuple[int, int]], pool: int, pack: int, least: int, max_r
             waited += 1
         else:
             waited = 0
-            batch = _prefill(queue, held, pool, max_running, pack, least)
+            batch, _ = packing.next_prefill(queue, held, pool, max_running, pack, least)
             if batch:
                 first = pairs[waiting[0]][0]
                 kind = ("alone: short" if first < least else "alone: long" if first > pack
@@ -74,21 +74,6 @@ def replay(pairs: list[tuple[int, int]], pool: int, pack: int, least: int, max_r
                 del running[i]
                 outstanding -= 1
     return Replay({k: kinds[k] for k in KINDS}, steps, running_sum / max(1, steps))
-
-
-def _prefill(queue, held, pool, max_running, pack, least) -> int:
-    """How many of ``queue``'s first requests the next prefill admits."""
-    batch: list[tuple[int, int]] = []
-    held = list(held)
-    for prompt_len, prefix_len, reserved in queue:
-        prompt = (prompt_len, prefix_len)
-        if batch and not packing.joins(batch, prompt, pack, least):
-            break
-        if not policy.admits(reserved, held, pool, max_running):
-            break
-        batch.append(prompt)
-        held.append(reserved)
-    return len(batch)
 
 
 def main(argv=None) -> int:

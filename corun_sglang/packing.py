@@ -67,30 +67,36 @@ def joins(batch: Iterable[tuple[int, int]], candidate: tuple[int, int], pack: in
     return bool(batch) and all(packable(n, p, pack, least) for n, p in every) and sum(n for n, _ in every) <= pack
 
 
-def cut_short(waiting: Iterable[tuple[int, int, int]], running: list[int], pool_tokens: int, max_running: int,
-              pack: int, least: int) -> bool:
-    """Whether full-sequence admission ends the next prefill pack before the pack does.
+def next_prefill(waiting: Iterable[tuple[int, int, int]], running: list[int], pool_tokens: int,
+                 max_running: int, pack: int, least: int) -> tuple[int, bool]:
+    """How many of the queue's first prompts the next prefill admits, and whether admission stopped it.
 
     ``waiting`` is the queue in order, each ``(prompt_len, prefix_len, reserved_tokens)``; ``running`` the
-    reserved tokens of every admitted, unfinished request (``policy.reserved_tokens``). The prefill takes
-    waiting prompts in order and stops at the first it refuses, as SGLang's scheduler does. True when its
-    first prompt is admitted and packable and a later one that would join the pack (``joins``) is refused
-    only by ``policy.admits``: the KV pool or N is taken, and KV the decode steps free would let it in.
-    False when the pack is full, the next prompt is not packable, the queue ends, or nothing is admitted.
+    reserved tokens of every admitted, unfinished request (``policy.reserved_tokens``). As SGLang's
+    scheduler does, the prefill takes waiting prompts in order and stops at the first it refuses: one that
+    does not join the pack (``joins``; a prompt that is not packable runs alone), or one that
+    ``policy.admits`` refuses, the KV pool or N being taken. The flag is True for the latter.
     """
     batch: list[tuple[int, int]] = []
     held = list(running)
     for prompt_len, prefix_len, reserved in waiting:
-        prompt = (prompt_len, prefix_len)
-        if not batch and not packable(*prompt, pack, least):
-            return False
-        if batch and not joins(batch, prompt, pack, least):
-            return False
+        if batch and not joins(batch, (prompt_len, prefix_len), pack, least):
+            return len(batch), False
         if not policy.admits(reserved, held, pool_tokens, max_running):
-            return bool(batch)
-        batch.append(prompt)
+            return len(batch), True
+        batch.append((prompt_len, prefix_len))
         held.append(reserved)
-    return False
+    return len(batch), False
+
+
+def cut_short(waiting: Iterable[tuple[int, int, int]], running: list[int], pool_tokens: int, max_running: int,
+              pack: int, least: int) -> bool:
+    """Whether full-sequence admission ends the next prefill pack before the pack does (``next_prefill``):
+    it admits a packable prompt, and a later one that would join it is refused for KV or N, which the
+    decode steps free. False when the pack is full, the next prompt is not packable, the queue ends, or
+    nothing is admitted."""
+    admitted, refused = next_prefill(waiting, running, pool_tokens, max_running, pack, least)
+    return admitted > 0 and refused
 
 
 def graph_counts(counts: Iterable[int], pack: int) -> list[int]:

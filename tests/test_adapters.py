@@ -12,7 +12,7 @@ import pytest
 import torch
 from sglang.srt.runtime_context import publish
 
-from corun_sglang import adapters
+from corun_sglang import adapters, packing
 
 
 @pytest.fixture
@@ -488,6 +488,9 @@ def test_a_pack_is_cut_short_exactly_where_the_prefill_adder_stops_on_kv_or_n(pa
         if result is not AddReqResult.CONTINUE:
             break
     assert (bool(adder.can_run_list) and result is AddReqResult.NO_TOKEN) is short
+    queue_shape = [(p, 0, p + n + 1) for p, n in queue]
+    admitted, refused = packing.next_prefill(queue_shape, [p + n + 1 for p, n in running], pool, 8, PACK, 33)
+    assert (admitted, refused) == (len(adder.can_run_list), result is AddReqResult.NO_TOKEN)
 
 
 def test_a_pack_the_kv_pool_cuts_short_waits_up_to_the_limit_then_runs(packing_args, serving):

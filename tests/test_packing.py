@@ -35,6 +35,14 @@ def _queue(*prompts, new=100):
     return [(n, 0, n + new) for n in prompts]
 
 
+def test_the_next_prefill_takes_the_queue_in_order_up_to_the_first_refusal():
+    args = dict(pool_tokens=1000, max_running=256, pack=1024, least=17)
+    assert packing.next_prefill(_queue(300, 200, 100), [], **dict(args, pool_tokens=800)) == (2, True)  # 900 > 800
+    assert packing.next_prefill(_queue(300, 900, 10), [], **dict(args, pool_tokens=10_000)) == (1, False)
+    assert packing.next_prefill(_queue(2000), [], **dict(args, pool_tokens=10_000)) == (1, False)
+    assert packing.next_prefill([], [], **args) == (0, False)
+
+
 def test_a_pack_is_cut_short_only_where_kv_refuses_a_prompt_that_would_join_it():
     full = dict(pool_tokens=100_000, max_running=256, pack=1024, least=17)
     assert not packing.cut_short(_queue(500, 300, 200), [], **full)  # the queue ends first
