@@ -5,7 +5,8 @@ candidate server: every needle, from the shortest packable prompt (33 tokens on 
 pack less that, keeps its generation alone in every packing. The negative control runs the same probe
 against default SGLang on FlashInfer attention (as ``--corun`` serves it), which packs too but runs a
 lone prompt at its own token count: there a packed needle must differ from it alone. A server serving
-the record keeps a needle's bits among concurrent short prompts, and a record whose environment
+the record keeps a needle's bits among concurrent short prompts, also when its packs wait for KV
+(``--corun-prefill-pack-wait``), and a record whose environment
 differs keeps the server from starting. Each test stops its servers, so the next one has the GPU.
 
 Environment: ``CORUN_PACK``, ``CORUN_RESULTS`` (the record, server logs and a summary are written there).
@@ -87,6 +88,41 @@ def test_a_packing_server_keeps_a_needles_bits_among_concurrent_prompts(verified
         t.join()
     log = server.log_text()
     server.stop()  # the GPU's memory goes to the next test's server
+    assert got[24] == alone
+    batches = [int(n) for n, _ in verify_packing.PREFILL_LOG.findall(log)]
+    assert max(batches) > 1, "no prefill packed two prompts"
+
+
+def test_packs_waiting_for_kv_keep_a_needles_bits_and_serve_every_prompt(verified, launch, checkpoint, folder):
+    """``--corun-prefill-pack-wait`` with a KV pool that holds about half of 49 concurrent requests, whose
+    answers end at different steps: packs the pool cuts short wait, and nothing changes a needle's bits."""
+    record, _ = verified
+    if record is None:
+        pytest.skip("the pack did not verify")
+    server = launch(checkpoint, "--corun", "--corun-prefill-pack", str(folder / "pack.json"),
+                    "--corun-prefill-pack-wait", "8", "--max-total-tokens", "2500", name="packed-wait")
+    assert "cuts short waits up to 8 decode steps" in server.log_text()
+    needle = list(range(1000, 1000 + 200))
+    alone, _ = verify_packing.http_sender(server.url, server.log, new_tokens=16)([needle], 0)
+    others = [[2000 + 37 * i + j for j in range(40 + i)] for i in range(48)]
+    got, failed = {}, []
+
+    def one(i, prompt, new_tokens):
+        try:
+            got[i] = verify_packing.http_sender(server.url, server.log, new_tokens=new_tokens)([prompt], 0)[0]
+        except Exception as exc:  # noqa: BLE001 - reported below with the request
+            failed.append((i, repr(exc)))
+
+    prompts = [*others[:24], needle, *others[24:]]
+    threads = [threading.Thread(target=one, args=(i, p, 16 if i == 24 else 8 + 8 * (i % 8)))
+               for i, p in enumerate(prompts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    log = server.log_text()
+    server.stop()
+    assert not failed and len(got) == len(prompts), failed
     assert got[24] == alone
     batches = [int(n) for n, _ in verify_packing.PREFILL_LOG.findall(log)]
     assert max(batches) > 1, "no prefill packed two prompts"
