@@ -179,8 +179,10 @@ def prefill_wait(original, self, running_batch, *args, **kwargs):
     instead; then it runs as admission allows."""
     server_args = _server_args()
     wait = server_args.corun_config.prefill_pack_wait if _corun(server_args) else 0
+    if not wait:
+        return original(self, running_batch, *args, **kwargs)
     waited = getattr(self, "_corun_pack_waited", 0)
-    if (wait and waited < wait and self.chunked_req is None and self.waiting_queue
+    if (waited < wait and self.chunked_req is None and self.waiting_queue
             and not running_batch.is_empty() and not running_batch.batch_is_full
             and _pack_cut_short(self, running_batch)):
         from sglang.srt.managers.schedule_batch import NextBatchPlan

@@ -524,6 +524,9 @@ def test_a_pack_the_kv_pool_cuts_short_waits_up_to_the_limit_then_runs(packing_a
     assert adapters.prefill_wait(original, scheduler, batch) == "prefill"
     serving(False)
     assert adapters.prefill_wait(original, scheduler, batch) == "prefill"
+    untouched = _scheduler(adder, queue, cache)  # without a wait, SGLang's scheduler is left as it is
+    assert adapters.prefill_wait(original, untouched, batch) == "prefill"
+    assert not hasattr(untouched, "_corun_pack_waited")
 
 
 @pytest.mark.parametrize("tokens,replayed", [(33, PACK), (200, PACK), (PACK, PACK), (32, 32), (300, 300)])
