@@ -4,7 +4,9 @@ For each arm (a server of bench/run.py's ARMS, radix cache off) and each of ``--
 probe sends a needle prompt of that many tokens alone, then inside packings: one batched
 ``/generate`` call holding the needle and co-runner prompts whose lengths sum to a ``--totals``
 value above the needle's length, the needle at the front, the middle or the back, the co-runners
-of equal, random or one long length, drawn afresh for each packing. Every request asks for one new
+of equal, random or one long length, drawn afresh for each packing, or (``--tiny-len``) as many
+prompts of a few tokens as one prefill batch holds, which narrows the attention kernel's query tile
+for every prompt of the batch, the needle's too. Every request asks for one new
 token, greedy, with the logprob of every prompt position, so the needle's prefill shows bit for bit
 in its prompt logprobs and its first token. A packing counts only when the server's log shows it
 as one prefill batch of all its requests.
@@ -39,6 +41,8 @@ VOCAB = 150000
 #: Requests per packing at most: well below the server's 256 running requests, so each packing can be
 #: one prefill batch.
 MAX_REQUESTS = 128
+#: Requests of a ``tiny`` packing at most: below the server's 256 running requests.
+TINY_REQUESTS = 240
 PREFILL = verify_packing.PREFILL_LOG  # SGLang's log line for a prefill batch
 
 
@@ -54,12 +58,14 @@ def split(rnd: random.Random, total: int, kind: str, unit: int) -> list[int]:
     return [b - a for a, b in zip([0, *cuts], [*cuts, total])]
 
 
-def packings(needle_len: int, total: int, seed: int) -> list[tuple[str, list[int]]]:
+def packings(needle_len: int, total: int, seed: int, tiny: int = 0) -> list[tuple[str, list[int]]]:
     """(name, lengths) for each packing of ``total`` tokens, the needle marked ``-1``; the name gives its place.
 
     At most ``MAX_REQUESTS`` requests each. A short needle's ``equal`` packings keep the batch's mean prompt
     length at the needle's, its ``long`` ones raise it to half the total: the attention kernel's query tile
-    follows that mean."""
+    follows that mean. With ``tiny``, two ``tiny`` packings add co-runners of ``tiny`` tokens, as many as
+    ``TINY_REQUESTS`` allows (the tokens left over make one more co-runner), which lowers the mean for a
+    needle of any length; they draw no random numbers, so the other packings stay as they are without them."""
     rnd = random.Random(seed)
     out = []
     # equal co-runners are as long as the needle, or as short as MAX_REQUESTS allows
@@ -69,6 +75,11 @@ def packings(needle_len: int, total: int, seed: int) -> list[tuple[str, list[int
         for place in ("front", "back") if kind != "random" else (rnd.choice(("front", "middle", "back")),):
             at = {"front": 0, "back": len(others), "middle": len(others) // 2}[place]
             out.append((f"{kind}-{place}", [*others[:at], -1, *others[at:]]))
+    if tiny > 0:
+        count = min(TINY_REQUESTS - 2, (total - needle_len) // tiny)
+        rest = total - needle_len - count * tiny
+        others = [tiny] * count + ([rest] if rest else [])
+        out += [("tiny-front", [-1, *others]), ("tiny-back", [*others, -1])]
     return out
 
 
@@ -102,7 +113,7 @@ def probe(url: str, log: Path, needle: list[int], lengths: list[int],
     return needle_result(reply.json()[lengths.index(-1)]["meta_info"]), batches, seconds
 
 
-def study(url: str, log: Path, needle_len: int, totals: list[int], seed: int) -> dict:
+def study(url: str, log: Path, needle_len: int, totals: list[int], seed: int, tiny: int = 0) -> dict:
     """One needle alone, then in every packing of each total: the results as the module docstring gives them."""
     rnd = random.Random(seed)
     needle = [rnd.randrange(FIRST_TOKEN, VOCAB) for _ in range(needle_len)]
@@ -111,7 +122,7 @@ def study(url: str, log: Path, needle_len: int, totals: list[int], seed: int) ->
            "totals": {}}
     for total in totals:
         distinct, rows = [], []
-        for name, lengths in packings(needle_len, total, seed + total):
+        for name, lengths in packings(needle_len, total, seed + total, tiny):
             got, batches, seconds = probe(url, log, needle, lengths, rnd)
             one_batch = batches == [(len(lengths), total)]
             rows.append({"packing": name, "requests": len(lengths), "batches": batches, "one_batch": one_batch,
@@ -145,6 +156,8 @@ def main(argv=None) -> int:
     parser.add_argument("--totals", default="256,1024,2048",
                         help="prefill token counts the packings fill (for each needle, those above its length)")
     parser.add_argument("--seed", type=int, default=0, help="the first needle's seed; the next ones count up")
+    parser.add_argument("--tiny-len", type=int, default=0,
+                        help="add two packings of co-runners this many tokens long, as many as one batch holds")
     parser.add_argument("--static-gb", type=float, default=None, help="static GPU memory per server, GiB")
     parser.add_argument("--arm-args", action="append", default=[], metavar="ARM=ARGS",
                         help="extra server options for one arm (repeatable), as in bench/run.py")
@@ -165,8 +178,10 @@ def main(argv=None) -> int:
                         timeout=900, static_gb=args.static_gb)
         try:
             for i, needle_len in enumerate(needles):
-                result = study(server.url, log, needle_len, [t for t in totals if t > needle_len], args.seed + i)
+                result = study(server.url, log, needle_len, [t for t in totals if t > needle_len], args.seed + i,
+                               args.tiny_len)
                 row = {"shape": args.shape, "arm": arm, "needle_len": needle_len, "seed": args.seed + i,
+                       "tiny_len": args.tiny_len,
                        "gpu": common.gpu_uuid(), "server_command": server.command, **result}
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")
@@ -181,6 +196,8 @@ def report(shape: str, arm: str, needle_len: int, result: dict) -> None:
         print(f"{shape} {arm} needle {needle_len}, total {total}: {t['counted']}/{len(t['packings'])} packings "
               f"one batch, {t['distinct']} distinct needle results, equal to alone: {t['equal_to_alone']}",
               flush=True)
+        for p in t["packings"]:
+            print(f"    {p['packing']}: {p['requests']} requests, {p['batches']}, {p['digest']}", flush=True)
     names = {p["digest"] for t in result["totals"].values() for p in t["packings"] if p["one_batch"]}
     print(f"{shape} {arm} needle {needle_len}: {len(names)} distinct needle results over all totals "
           f"({len(names | {result['alone_digest']})} with the needle alone)", flush=True)

@@ -832,7 +832,7 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
     text = script.read_text()
     for name in ("dense-core", "dense-long", "dense-sweep", "dense-ablation", "dense-ablation-c16", "dense-tiers",
                  "dense-tiers-lt", "dense-profile-lt", "dense-profile", "dense-padding", "moe-core", "moe-core-tiers",
-                 "moe-tiers-bi", "moe-pack-bi", "dense-pack", "dense-pack-wait", "moe-long", "moe-profile", "moe-tiers", "moe-padding", "tp2-core", "sampler"):
+                 "moe-tiers-bi", "moe-pack-bi", "dense-pack", "dense-pack-wait", "dense-pack-short", "moe-long", "moe-profile", "moe-tiers", "moe-padding", "tp2-core", "sampler"):
         assert f"#   {name}" in text and f"{name})" in text
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "no-such-slice"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout
@@ -1097,6 +1097,21 @@ def test_prefill_shape_packings_stay_one_batch_and_let_a_short_needle_vary_the_m
     assert len(long) == 2 and total / len(equal) < total / len(long)
     if total // needle_len < prefill_shapes.MAX_REQUESTS:  # the needle's length, repeated
         assert set(equal) == {-1, needle_len}
+
+
+@pytest.mark.parametrize("needle_len,total", [(100, 1024), (300, 1024), (700, 2048), (8, 256)])
+def test_tiny_packings_lower_the_mean_prompt_below_any_needles_and_leave_the_others_alone(needle_len, total):
+    plain = prefill_shapes.packings(needle_len, total, seed=total)
+    plans = prefill_shapes.packings(needle_len, total, seed=total, tiny=4)
+    assert plans[:len(plain)] == plain
+    tiny = dict(plans[len(plain):])
+    assert set(tiny) == {"tiny-front", "tiny-back"}
+    for lengths in tiny.values():
+        others = [n for n in lengths if n != -1]
+        assert lengths.count(-1) == 1 and needle_len + sum(others) == total
+        assert len(lengths) <= prefill_shapes.TINY_REQUESTS and others.count(4) >= len(others) - 1
+        assert total / len(lengths) < min(total / len(p) for _, p in plain)
+    assert tiny["tiny-front"][0] == -1 and tiny["tiny-back"][-1] == -1
 
 
 def test_prefill_shapes_reads_the_prefill_batches_of_sglang_log_lines():
