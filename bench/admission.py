@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     parser.add_argument("--pool", type=int, required=True, help="KV pool tokens (a server log's max_total_num_tokens)")
     parser.add_argument("--pack", type=int, default=1024)
     parser.add_argument("--shortest", type=int, default=17,
-                        help="the shortest packable prompt (packing.shortest: 17 for Qwen3-8B's 32 on 8 heads)")
+                        help="the shortest packable prompt (packing.shortest: 17 for Qwen3-8B on FA2, 1 on FA3)")
     parser.add_argument("--wait", default="0", help="comma-separated --corun-prefill-pack-wait values")
     args = parser.parse_args(argv)
     print(f"| workload | wait | prefills | {' | '.join(KINDS)} | decode steps | mean running |")

@@ -337,7 +337,7 @@ def main(argv=None) -> int:
                 "decode_steps": steps,
                 "output_digests": [client.digest(r) for r in records],
                 **({"decode_tiers": list(record.tiers)} if arm in TIERED else {}),
-                **({"prefill_pack": pack.pack} if arm in PACKED else {}),
+                **({"prefill_pack": pack.pack, "prefill_pack_shortest": pack.shortest} if arm in PACKED else {}),
             }
             with open(out, "a") as f:
                 f.write(json.dumps(row) + "\n")

@@ -41,11 +41,16 @@
 #   dense-pack-wait qwen3-8b, sharegpt, side by side at 30 GiB each: STD, CoRun-tiers-pack and
 #                   CoRun-tiers-pack-wait (--corun-prefill-pack-wait 32), dense-pack's records: what waiting for
 #                   KV takes back of the packs of one prompt (bench/admission.py replays the count)
+#   dense-pack-short qwen3-8b, sharegpt, side by side at 30 GiB each: STD, CoRun-tiers-pack and
+#                   CoRun-tiers-pack-wait with the committed tiers record and a pack verified first (on FlashInfer's
+#                   FA3 prefill it packs prompts from 1 token, not 17 as dense-pack's record): what packing the
+#                   short prompts takes back (bench/admission.py --shortest 1 replays the count)
 #   moe-long        qwen3-30b-a3b, one arm at a time: blazedit-synthetic, fixed-1024-2048, fixed-4096-128,
 #                   fixed-4096-2048 (with moe-core: every workload of the matrix)
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
-#   prefill-shapes  default SGLang on both models: a 64-, a 1000- and an 8-token prompt's prefill bits alone and
-#                   packed with co-runners at fixed token counts (bench/prefill_shapes.py, docs/results/prefill_shapes.md)
+#   prefill-shapes  default SGLang on both models: a 64-, a 1000-, an 8- and a 300-token prompt's prefill bits alone
+#                   and packed with co-runners at fixed token counts, also among as many 4-token co-runners as one
+#                   batch holds (bench/prefill_shapes.py, docs/results/prefill_shapes.md)
 #   sampler         the sampler microbenchmark: plain, top-p 0.9 with top-k 50, and top-p 0.9 alone
 # SLICE=W1,W2 runs only those workloads of a run.py slice (to split one slice over two GPUs, or to fit a
 # repetition into the GPU time at hand: a repetition is kept only once every arm has run it). One server at a
@@ -114,6 +119,9 @@ for spec in "$@"; do
         dense-pack-wait) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 --static-gb 30 \
             --arms STD,CoRun-tiers-pack,CoRun-tiers-pack-wait --tiers docs/results/tiers/tiers-qwen3-8b-tp1-bench.json \
             --pack docs/results/pack/pack-qwen3-8b-tp1-bench.json --workloads "$(only sharegpt)" ;;
+        dense-pack-short) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 --static-gb 30 \
+            --arms STD,CoRun-tiers-pack,CoRun-tiers-pack-wait --tiers docs/results/tiers/tiers-qwen3-8b-tp1-bench.json \
+            --pack-size 1024 --workloads "$(only sharegpt)" ;;
         moe-long) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --arm-args BI=--disable-prefill-cuda-graph \
             --workloads "$(only blazedit-synthetic,fixed-1024-2048,fixed-4096-128,fixed-4096-2048)" ;;
@@ -127,8 +135,8 @@ for spec in "$@"; do
             --loads 16,64,256 --static-gb 120 --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
         tp2-core) "${run[@]}" --shape qwen3-8b --tp-size 2 --reps 3 --concurrency 256 \
             --workloads "$(only sharegpt,fixed-64-448,azure-conv)" ;;
-        prefill-shapes) probe=(python3 bench/prefill_shapes.py --arms STD --needle-lens 64,1000,8 --totals 256,1024,2048,4096
-                               --out "$results/prefill_shapes.jsonl" --logs "$results/logs")
+        prefill-shapes) probe=(python3 bench/prefill_shapes.py --arms STD --needle-lens 64,1000,8,300
+                               --totals 256,1024,2048,4096 --tiny-len 4 --out "$results/prefill_shapes.jsonl" --logs "$results/logs")
             "${probe[@]}" --shape qwen3-8b && "${probe[@]}" --shape qwen3-30b-a3b ;;
         sampler) python3 bench/sampler.py --out "$results/sampler.json" \
             && python3 bench/sampler.py --top-p 0.9 --top-k 50 --out "$results/sampler_filtered.json" \

@@ -87,6 +87,9 @@ def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
     env = _tier_environment(model_runner)
     if any(record is None for record, _, _ in served):  # unverified candidates: tell the verifier where they ran
         logger.warning(tiers.environment_line(env))
+    if config.prefill_pack(server_args) and getattr(server_args, config.PACK_RECORD_ATTR, None) is None:
+        cfg = server_args.corun_config
+        logger.warning(packing.candidate_line(cfg.prefill_pack, cfg.prefill_pack_shortest, cfg.prefill_pack_kernel))
     for record, option, command in served:
         differ = [] if record is None else tiers.mismatches(record.environment, env)
         if differ:
@@ -245,7 +248,8 @@ def eager_prefill(original, self, forward_batch, *args, **kwargs):
 
 def prefill_plan(original, self, *args, **kwargs):
     """With a prefill pack, every FlashInfer prefill plan runs without split-KV: a plan's KV split then
-    follows no other request of its batch."""
+    follows no other request of its batch. A pack set for FA3 (``packing.prefill_kernel``) stops the server
+    at a prefill planned on another kernel, whose query tile could follow the batch."""
     if _pack() is None:
         return original(self, *args, **kwargs)
     bound = _signature(original).bind(self, *args, **kwargs)
@@ -255,13 +259,24 @@ def prefill_plan(original, self, *args, **kwargs):
     for w in wrappers:
         w.begin_forward = functools.partial(w.begin_forward, disable_split_kv=True)
     try:
-        return original(self, *args, **kwargs)
+        result = original(self, *args, **kwargs)
     finally:
         for w, fn in zip(wrappers, own):
             if fn is None:
                 del w.begin_forward
             else:
                 w.begin_forward = fn
+    if _server_args().corun_config.prefill_pack_kernel == packing.FA3:
+        ragged = bound.arguments.get("wrapper_ragged")
+        kernel = getattr(ragged, "_backend", None) if bound.arguments.get("use_ragged") else "paged fa2"
+        if kernel != packing.FA3:
+            raise CorunContractError(
+                f"a prefill was planned on FlashInfer's {kernel} kernel, but the prefill pack packs prompts "
+                f"from {_pack()[1]} tokens, which only FA3's fixed query tile allows. Fix: set "
+                "SGLANG_FLASHINFER_USE_PAGED=1 for the server and `corun-sglang verify-prefill-pack`, which then "
+                "packs prompts only from the length that keeps FA2's query tile"
+            )
+    return result
 
 
 def lm_head_rows(original, self, hidden_states, *args, **kwargs):

@@ -461,6 +461,7 @@ class CorunConfig:
     moe_padding: str = "compute"
     prefill_pack: int | None = None
     prefill_pack_shortest: int | None = None
+    prefill_pack_kernel: str | None = None
     prefill_pack_verified: bool = False
     prefill_pack_wait: int = 0
 
@@ -472,7 +473,8 @@ class CorunConfig:
         wait = (f", a pack the KV pool cuts short waits up to {self.prefill_pack_wait} decode steps"
                 if self.prefill_pack_wait else "")
         return (f"prefill 1 request/batch or packed: prompts of {self.prefill_pack_shortest}-{self.prefill_pack} "
-                f"tokens at {self.prefill_pack} tokens ({verified}{wait})")
+                f"tokens at {self.prefill_pack} tokens on FlashInfer's {self.prefill_pack_kernel} prefill "
+                f"({verified}{wait})")
 
     def _graphs(self) -> str:
         if not self.decode_tiers:
@@ -559,10 +561,12 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
     return problems
 
 
-def resolve(args: Any, attention_backends: tuple[str, str], shortest: int | None = None) -> CorunConfig:
+def resolve(args: Any, attention_backends: tuple[str, str], shortest: int | None = None,
+            prefill_kernel: str | None = None) -> CorunConfig:
     """The frozen configuration of a resolved ``args``; raises ``CorunConfigError`` if any check fails.
 
-    ``shortest`` is the prefill pack's shortest packable prompt (``packing.shortest``) where it packs."""
+    Where it packs, ``shortest`` is the prefill pack's shortest packable prompt and ``prefill_kernel`` the
+    FlashInfer prefill kernel it rests on (``packing.shortest``, ``packing.prefill_kernel``)."""
     problems = violations(args, attention_backends)
     if problems:
         raise CorunConfigError(problems)
@@ -580,6 +584,7 @@ def resolve(args: Any, attention_backends: tuple[str, str], shortest: int | None
         moe_padding=moe_padding(args),
         prefill_pack=prefill_pack(args),
         prefill_pack_shortest=shortest,
+        prefill_pack_kernel=prefill_kernel,
         prefill_pack_verified=getattr(args, PACK_RECORD_ATTR, None) is not None,
         prefill_pack_wait=getattr(args, "corun_prefill_pack_wait", 0) or 0,
     )

@@ -14,9 +14,10 @@ Invariants:
   (``replay_tokens``; ``graph_counts`` captures no count below ``pack``);
 - a prefill's LM head (the logits of its sampled and logprob positions) runs on ``head_rows``, at least
   ``pack`` rows, padded;
-- ``shortest`` keeps a packed batch's mean packed query length (prompt tokens times the GQA group)
-  above ``QUERY_TILE_ROWS``, where FlashInfer's prefill plan picks its widest query tile: the tile
-  is the same for a packable prompt alone and packed;
+- a packable prompt's attention runs on the same query tile alone and packed: on FlashInfer's FA3
+  kernel (``prefill_kernel``) every tile has a fixed row count, so any prompt packs (``shortest`` 1);
+  on another, ``shortest`` keeps a packed batch's mean packed query length (prompt tokens times the
+  GQA group) above ``QUERY_TILE_ROWS``, where FA2's plan picks its widest query tile;
 - with ``--corun-prefill-pack-wait W``, a pack that full-sequence admission would cut short (``cut_short``)
   waits up to W decode steps for finishing requests to free KV: which prompts share a prefill changes,
   never the shape any of them runs at;
@@ -46,10 +47,44 @@ class PackingError(ValueError):
     """A pack size or record that cannot be served; the message names the cause and the fix."""
 
 
-def shortest(num_attention_heads: int, num_key_value_heads: int) -> int:
-    """The fewest prompt tokens a packable prompt has: its packed query length exceeds ``QUERY_TILE_ROWS``."""
+#: FlashInfer's Hopper prefill kernel. Its plan (``PrefillSM90Plan``) gives every query tile 128 rows (192 at
+#: head dim 64) and splits no KV, whatever the batch, so a row's attention does not follow its co-runners.
+FA3 = "fa3"
+#: FlashInfer's other prefill kernel, whose plan picks the query tile from the batch (``FA2DetermineCtaTileQ``).
+FA2 = "fa2"
+
+
+def shortest(num_attention_heads: int, num_key_value_heads: int, kernel: str = FA2) -> int:
+    """The fewest prompt tokens a packable prompt has: 1 on ``FA3``; on any other kernel, so many that its
+    packed query length exceeds ``QUERY_TILE_ROWS``."""
+    if kernel == FA3:
+        return 1
     group = max(1, num_attention_heads // max(1, num_key_value_heads))
     return QUERY_TILE_ROWS // group + 1
+
+
+def ragged_kernel(fa3_here: bool, paged: bool, sm100: bool) -> str:
+    """The kernel of a fresh prompt's prefill attention under SGLang's FlashInfer backend: its ragged wrapper,
+    whose ``auto`` backend FlashInfer resolves to ``FA3`` where ``fa3_here`` (FlashInfer's
+    ``determine_attention_backend`` for this GPU, dtype and head dim), unless SGLang takes the paged (FA2)
+    wrapper instead (``paged``: ``SGLANG_FLASHINFER_USE_PAGED``, a multimodal model, multi-item scoring) or
+    gives the ragged one CUTLASS (``sm100``); ``FA2`` stands for every kernel but ``FA3``."""
+    return FA3 if fa3_here and not paged and not sm100 else FA2
+
+
+def prefill_kernel(head_dim: int, dtype: Any, paged: bool) -> str:
+    """``ragged_kernel`` on this machine: ``FA2`` where no CUDA device answers. A ``--corun`` server checks
+    what its prefill plans resolve to (``adapters.prefill_plan``), so a wrong guess stops it."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return FA2
+    from flashinfer.utils import determine_attention_backend
+    from sglang.srt.utils import is_sm100_supported
+
+    fa3_here = determine_attention_backend(torch.device("cuda"), 0, False, False, dtype, dtype,
+                                           head_dim_qk=head_dim, head_dim_vo=head_dim) == FA3
+    return ragged_kernel(fa3_here, paged, is_sm100_supported())
 
 
 def packable(prompt_len: int, prefix_len: int, pack: int, least: int) -> bool:
@@ -119,6 +154,24 @@ def head_rows(rows: int, pack: int) -> int:
     kernel, is the same for a packable prompt alone and packed (its rows are its last position, or every
     prompt position asking for a logprob, and its co-runners' the same)."""
     return max(rows, pack)
+
+
+#: The log line a pack candidate server writes for ``verify-prefill-pack``: what it packs, on which kernel.
+CANDIDATE_LOG = "corun prefill pack candidate: "
+
+
+def candidate_line(pack: int, least: int, kernel: str) -> str:
+    return CANDIDATE_LOG + json.dumps({"pack": pack, "shortest": least, "kernel": kernel}, sort_keys=True)
+
+
+def candidate_from_log(text: str) -> dict[str, Any]:
+    """What a candidate server logged it packs (``candidate_line``); ``PackingError`` if it logged nothing."""
+    for line in text.splitlines():
+        at = line.find(CANDIDATE_LOG)
+        if at >= 0:
+            return json.loads(line[at + len(CANDIDATE_LOG):])
+    raise PackingError("the server logged no prefill pack candidate: was it started with --corun and "
+                       "--corun-prefill-pack-candidate?")
 
 
 def pack_problems(pack: int, chunked_prefill_size: int | None) -> list[str]:

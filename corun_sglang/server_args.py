@@ -123,7 +123,7 @@ class CorunServerArgs(SGLangServerArgs):
         for name, value in config.defaults(self).items():
             setattr(self, name, value)
         super().__post_init__()
-        self._corun_config = config.resolve(self, self.get_attention_backends(), self._pack_graphs())
+        self._corun_config = config.resolve(self, self.get_attention_backends(), *(self._pack_graphs() or ()))
         logger.info(self._corun_config.summary())
 
     def _tier_problems(self) -> list[str]:
@@ -175,8 +175,10 @@ class CorunServerArgs(SGLangServerArgs):
             return [str(exc)]
         return []
 
-    def _pack_graphs(self) -> int | None:
-        """With a prefill pack: capture no prefill graph below it; its shortest packable prompt (or None)."""
+    def _pack_graphs(self) -> tuple[int, str] | None:
+        """With a prefill pack: capture no prefill graph below it; its shortest packable prompt and the
+        prefill attention kernel that length rests on (or None). A record serves from its own shortest,
+        never below what the kernel allows."""
         pack = config.prefill_pack(self)
         if pack is None:
             return None
@@ -185,14 +187,18 @@ class CorunServerArgs(SGLangServerArgs):
             prefill.bs = packing.graph_counts(prefill.bs or [], pack)
             prefill.max_bs = prefill.bs[-1]
         model = self.get_model_config()
-        least = packing.shortest(model.num_attention_heads, model.num_key_value_heads)
+        from sglang.srt.environ import envs
+
+        paged = envs.SGLANG_FLASHINFER_USE_PAGED.get() or model.is_multimodal or bool(self.enable_mis)
+        kernel = packing.prefill_kernel(model.head_dim, model.dtype, paged)
+        least = packing.shortest(model.num_attention_heads, model.num_key_value_heads, kernel)
         record = getattr(self, config.PACK_RECORD_ATTR, None)
-        if record is not None and record.shortest != least:
+        if record is not None and record.shortest < least:
             raise config.CorunConfigError(
                 [f"--corun-prefill-pack {record.source}: verified with prompts from {record.shortest} tokens; "
-                 f"this model packs prompts from {least}. Fix: run `corun-sglang verify-prefill-pack` "
-                 "with this model"])
-        return least
+                 f"this model on FlashInfer's {kernel} prefill packs prompts from {least}. Fix: run "
+                 "`corun-sglang verify-prefill-pack` with this model here"])
+        return (least if record is None else record.shortest), kernel
 
     @property
     def corun_config(self) -> config.CorunConfig:

@@ -139,12 +139,12 @@ def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequen
     from corun_sglang import tiers
     from corun_sglang.launch import Server
 
-    least = packing.shortest(*model_heads(model_path))
     vocab = model_vocab(model_path)
     args = ["--corun", "--corun-prefill-pack-candidate", str(pack), *server_args]
     server = Server(model_path, args, log, static_gb=static_gb)
     try:
         environment = tiers.environment_from_log(server.log_text())
+        least = packing.candidate_from_log(server.log_text())["shortest"]
         found = probe(http_sender(server.url, log), pack, least, vocab, needles=needles, seed=seed)
     finally:
         server.stop()

@@ -595,6 +595,37 @@ def test_prefill_plans_run_without_split_kv_under_a_pack(packing_args):
     assert ragged.planned[-1] == {} and paged.planned[-1] == {"fixed_split_size": None}
 
 
+def test_a_pack_set_for_fa3_stops_at_a_prefill_planned_on_another_kernel(packing_args, monkeypatch):
+    from sglang.srt.layers.attention.flashinfer_backend import FlashInferIndicesUpdaterPrefill
+
+    from corun_sglang import packing
+
+    real = FlashInferIndicesUpdaterPrefill.call_begin_forward
+    while hasattr(real, "__wrapped__"):
+        real = real.__wrapped__
+
+    def original(self, wrapper_ragged, wrapper_paged, *args, **kwargs):
+        wrapper_ragged.begin_forward("qo", "kv")
+
+    original.__signature__ = __import__("inspect").signature(real)
+
+    def plan(backend, use_ragged=True):
+        ragged = _Wrapper()
+        ragged._backend = backend  # what FlashInfer resolves "auto" to at the first plan
+        return adapters.prefill_plan(original, "updater", ragged, _Wrapper(), "idx", "lens", 7, "seq", None,
+                                     "start", "indptr", "qo", use_ragged, None)
+
+    packing_args()
+    plan("fa2")  # the FA2 rule holds on any kernel
+    monkeypatch.setattr(packing, "prefill_kernel", lambda head_dim, dtype, paged: packing.FA3)
+    packing_args()
+    plan("fa3")
+    with pytest.raises(adapters.CorunContractError, match="planned on FlashInfer's fa2 kernel.*from 1 tokens"):
+        plan("fa2")
+    with pytest.raises(adapters.CorunContractError, match="paged fa2 kernel.*SGLANG_FLASHINFER_USE_PAGED=1"):
+        plan("fa3", use_ragged=False)
+
+
 def test_a_prefills_lm_head_computes_the_packs_rows_and_returns_its_own(packing_args):
     seen = []
 
@@ -645,4 +676,5 @@ def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate
     with caplog.at_level("WARNING"):
         assert adapters.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack_candidate=PACK)) == "built"
     assert tiers.environment_from_log(caplog.text) == {"gpu": "B"}
+    assert packing.candidate_from_log(caplog.text) == {"pack": PACK, "shortest": 33, "kernel": "fa2"}
     assert adapters.decode_graph_runner_init("built", graphs, runner()) == "built"  # nothing to verify

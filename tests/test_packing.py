@@ -14,6 +14,27 @@ def test_the_shortest_packable_prompt_keeps_flashinfers_widest_query_tile(heads,
     assert least * group > packing.QUERY_TILE_ROWS >= (least - 1) * group
 
 
+def test_on_fa3_every_prompt_packs_and_only_sglangs_ragged_fa3_path_is_fa3():
+    assert packing.shortest(32, 8, packing.FA3) == 1 and packing.shortest(32, 8, packing.FA2) == 17
+    assert packing.ragged_kernel(fa3_here=True, paged=False, sm100=False) == packing.FA3
+    for paged, sm100, here in [(True, False, True), (False, True, True), (False, False, False)]:
+        assert packing.ragged_kernel(fa3_here=here, paged=paged, sm100=sm100) == packing.FA2
+
+
+def test_a_machine_without_cuda_gets_the_fa2_rule():
+    import torch
+
+    assert not torch.cuda.is_available()
+    assert packing.prefill_kernel(128, torch.bfloat16, paged=False) == packing.FA2
+
+
+def test_a_candidate_server_logs_what_it_packs_for_the_verifier():
+    text = "noise\n[2026-12-03] WARNING " + packing.candidate_line(1024, 1, packing.FA3) + "\nmore"
+    assert packing.candidate_from_log(text) == {"pack": 1024, "shortest": 1, "kernel": "fa3"}
+    with pytest.raises(packing.PackingError, match="--corun-prefill-pack-candidate"):
+        packing.candidate_from_log("no such line")
+
+
 def test_packable_prompts_are_fresh_and_between_the_shortest_and_the_pack():
     assert packing.packable(17, 0, 1024, 17) and packing.packable(1024, 0, 1024, 17)
     assert not packing.packable(16, 0, 1024, 17)

@@ -1,8 +1,8 @@
 """Packed prefill on a GPU, end to end on a synthetic checkpoint.
 
 ``verify-prefill-pack`` must verify a pack of ``CORUN_PACK`` tokens (default 1024) on a ``--corun``
-candidate server: every needle, from the shortest packable prompt (33 tokens on qwen3-small) to the
-pack less that, keeps its generation alone in every packing. The negative control runs the same probe
+candidate server: every needle, from the shortest packable prompt (1 token on FlashInfer's FA3 prefill,
+33 on qwen3-small elsewhere) to the pack less that, keeps its generation alone in every packing. The negative control runs the same probe
 against default SGLang on FlashInfer attention (as ``--corun`` serves it), which packs too but runs a
 lone prompt at its own token count: there a packed needle must differ from it alone. A server serving
 the record keeps a needle's bits among concurrent short prompts, also when its packs wait for KV
@@ -52,12 +52,14 @@ def test_verify_prefill_pack_verifies_the_pack(verified):
     assert record.pack == PACK and all(k > 0 for k in record.needles.values())
 
 
-def test_default_sglang_packing_changes_a_prompts_bits(launch, checkpoint, folder):
-    """The negative control: the probe that verifies the pack sees default SGLang's packing."""
+def test_default_sglang_packing_changes_a_prompts_bits(verified, launch, checkpoint, folder):
+    """The negative control: the probe that verified the pack, from its shortest prompt, sees default
+    SGLang's packing."""
+    record, _ = verified
+    least = record.shortest if record else packing.shortest(*verify_packing.model_heads(checkpoint))
     server = launch(checkpoint, "--attention-backend", "flashinfer", "--disable-radix-cache", name="pack-default")
     try:
-        found = verify_packing.probe(verify_packing.http_sender(server.url, server.log), PACK,
-                                     packing.shortest(*verify_packing.model_heads(checkpoint)),
+        found = verify_packing.probe(verify_packing.http_sender(server.url, server.log), PACK, least,
                                      verify_packing.model_vocab(checkpoint))
     finally:
         server.stop()  # the GPU's memory goes to the next test's server
@@ -71,24 +73,25 @@ def test_a_packing_server_keeps_a_needles_bits_among_concurrent_prompts(verified
     if record is None:
         pytest.skip("the pack did not verify")
     server = launch(checkpoint, "--corun", "--corun-prefill-pack", str(folder / "pack.json"), name="packed")
-    assert f"at {PACK} tokens (verified" in server.log_text()
+    assert f"at {PACK} tokens on FlashInfer's" in server.log_text()
     send = verify_packing.http_sender(server.url, server.log)
-    needle = list(range(1000, 1000 + 200))
-    alone, _ = send([needle], 0)
+    needle, short = list(range(1000, 1000 + 200)), list(range(3000, 3005))  # short packs from 5 tokens on FA3
+    alone, short_alone = send([needle], 0)[0], send([short], 0)[0]
     others = [[2000 + 37 * i + j for j in range(40 + i)] for i in range(48)]
     got = {}
 
     def one(i, prompt):
         got[i] = send([prompt], 0)[0]
 
-    threads = [threading.Thread(target=one, args=(i, p)) for i, p in enumerate([*others[:24], needle, *others[24:]])]
+    prompts = [*others[:24], needle, *others[24:], short]
+    threads = [threading.Thread(target=one, args=(i, p)) for i, p in enumerate(prompts)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     log = server.log_text()
     server.stop()  # the GPU's memory goes to the next test's server
-    assert got[24] == alone
+    assert got[24] == alone and got[len(prompts) - 1] == short_alone
     batches = [int(n) for n, _ in verify_packing.PREFILL_LOG.findall(log)]
     assert max(batches) > 1, "no prefill packed two prompts"
 
