@@ -248,8 +248,9 @@ def eager_prefill(original, self, forward_batch, *args, **kwargs):
 
 def prefill_plan(original, self, *args, **kwargs):
     """With a prefill pack, every FlashInfer prefill plan runs without split-KV: a plan's KV split then
-    follows no other request of its batch. A pack set for FA3 (``packing.prefill_kernel``) stops the server
-    at a prefill planned on another kernel, whose query tile could follow the batch."""
+    follows no other request of its batch. A pack whose shortest prompt rests on FA3's fixed query tile
+    (``packing.shortest``) stops the server at a prefill planned on another kernel, whose tile could
+    follow the batch."""
     if _pack() is None:
         return original(self, *args, **kwargs)
     bound = _signature(original).bind(self, *args, **kwargs)

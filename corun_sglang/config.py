@@ -472,9 +472,9 @@ class CorunConfig:
                     else "UNVERIFIED pack candidate, not deterministic")
         wait = (f", a pack the KV pool cuts short waits up to {self.prefill_pack_wait} decode steps"
                 if self.prefill_pack_wait else "")
+        fa3 = ", on FlashInfer's FA3 prefill only" if self.prefill_pack_kernel == "fa3" else ""
         return (f"prefill 1 request/batch or packed: prompts of {self.prefill_pack_shortest}-{self.prefill_pack} "
-                f"tokens at {self.prefill_pack} tokens on FlashInfer's {self.prefill_pack_kernel} prefill "
-                f"({verified}{wait})")
+                f"tokens at {self.prefill_pack} tokens{fa3} ({verified}{wait})")
 
     def _graphs(self) -> str:
         if not self.decode_tiers:
@@ -566,7 +566,7 @@ def resolve(args: Any, attention_backends: tuple[str, str], shortest: int | None
     """The frozen configuration of a resolved ``args``; raises ``CorunConfigError`` if any check fails.
 
     Where it packs, ``shortest`` is the prefill pack's shortest packable prompt and ``prefill_kernel`` the
-    FlashInfer prefill kernel it rests on (``packing.shortest``, ``packing.prefill_kernel``)."""
+    kernel rule it rests on: ``fa3`` where it is below FA2's query-tile rule (``packing.shortest``)."""
     problems = violations(args, attention_backends)
     if problems:
         raise CorunConfigError(problems)

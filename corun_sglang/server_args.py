@@ -177,8 +177,8 @@ class CorunServerArgs(SGLangServerArgs):
 
     def _pack_graphs(self) -> tuple[int, str] | None:
         """With a prefill pack: capture no prefill graph below it; its shortest packable prompt and the
-        prefill attention kernel that length rests on (or None). A record serves from its own shortest,
-        never below what the kernel allows."""
+        kernel rule that length rests on (``FA3`` below FA2's rule, else ``FA2``), or None. A record serves
+        from its own shortest, never below what this machine's prefill kernel allows."""
         pack = config.prefill_pack(self)
         if pack is None:
             return None
@@ -198,7 +198,9 @@ class CorunServerArgs(SGLangServerArgs):
                 [f"--corun-prefill-pack {record.source}: verified with prompts from {record.shortest} tokens; "
                  f"this model on FlashInfer's {kernel} prefill packs prompts from {least}. Fix: run "
                  "`corun-sglang verify-prefill-pack` with this model here"])
-        return (least if record is None else record.shortest), kernel
+        served = least if record is None else record.shortest
+        fa2_least = packing.shortest(model.num_attention_heads, model.num_key_value_heads, packing.FA2)
+        return served, (packing.FA3 if served < fa2_least else packing.FA2)
 
     @property
     def corun_config(self) -> config.CorunConfig:
