@@ -33,7 +33,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from corun_sglang import policy
+from corun_sglang import policy, tiers
 
 #: FlashInfer's ``FA2DetermineCtaTileQ``: above this mean packed query length a prefill plan takes
 #: its 128-row query tile (head dims below 256), at or below it a narrower one.
@@ -166,12 +166,11 @@ def candidate_line(pack: int, least: int, kernel: str) -> str:
 
 def candidate_from_log(text: str) -> dict[str, Any]:
     """What a candidate server logged it packs (``candidate_line``); ``PackingError`` if it logged nothing."""
-    for line in text.splitlines():
-        at = line.find(CANDIDATE_LOG)
-        if at >= 0:
-            return json.loads(line[at + len(CANDIDATE_LOG):])
-    raise PackingError("the server logged no prefill pack candidate: was it started with --corun and "
-                       "--corun-prefill-pack-candidate?")
+    found = tiers.logged(text, CANDIDATE_LOG)
+    if found is None:
+        raise PackingError("the server logged no prefill pack candidate: was it started with --corun and "
+                           "--corun-prefill-pack-candidate?")
+    return found
 
 
 def pack_problems(pack: int, chunked_prefill_size: int | None) -> list[str]:

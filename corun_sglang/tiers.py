@@ -167,11 +167,20 @@ def environment_line(env: Mapping[str, Any]) -> str:
     return ENVIRONMENT_LOG + json.dumps(dict(env), sort_keys=True)
 
 
+def logged(text: str, marker: str) -> dict[str, Any] | None:
+    """The JSON object after ``marker`` on the first log line that holds it (a candidate server's first TP
+    rank's), or None."""
+    for line in text.splitlines():
+        at = line.find(marker)
+        if at >= 0:
+            return json.loads(line[at + len(marker):])
+    return None
+
+
 def environment_from_log(text: str) -> dict[str, Any]:
     """The environment a candidate server logged (its first TP rank's); ``TiersError`` if none."""
-    for line in text.splitlines():
-        at = line.find(ENVIRONMENT_LOG)
-        if at >= 0:
-            return json.loads(line[at + len(ENVIRONMENT_LOG):])
-    raise TiersError("the server logged no environment: was it started with --corun and "
-                     "--corun-decode-tier-candidates or --corun-prefill-pack-candidate?")
+    env = logged(text, ENVIRONMENT_LOG)
+    if env is None:
+        raise TiersError("the server logged no environment: was it started with --corun and "
+                         "--corun-decode-tier-candidates or --corun-prefill-pack-candidate?")
+    return env
