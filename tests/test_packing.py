@@ -21,11 +21,12 @@ def test_on_fa3_every_prompt_packs_and_only_sglangs_ragged_fa3_path_is_fa3():
         assert packing.ragged_kernel(fa3_here=here, paged=paged, sm100=sm100) == packing.FA2
 
 
-def test_a_machine_without_cuda_gets_the_fa2_rule():
+def test_the_paged_path_and_a_machine_without_cuda_get_the_fa2_rule():
     import torch
 
-    assert not torch.cuda.is_available()
-    assert packing.prefill_kernel(128, torch.bfloat16, paged=False) == packing.FA2
+    assert packing.prefill_kernel(128, torch.bfloat16, paged=True) == packing.FA2
+    if not torch.cuda.is_available():
+        assert packing.prefill_kernel(128, torch.bfloat16, paged=False) == packing.FA2
 
 
 def test_a_candidate_server_logs_what_it_packs_for_the_verifier():
