@@ -250,10 +250,11 @@ def _pyplot():
 
 
 def _save(plt, fig, ax, title: str, path: Path) -> None:
+    """The legend beside the axes, never over the data; the saved canvas grows to hold it and the title."""
     ax.set_title(title)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -341,10 +342,10 @@ _TARGETS = (
     ("decode phase: CoRun >= 0.9x STD", "CoRun", "STD", "decode_phase", 0.9,
      lambda shape, n, c, key, elsewhere: bool((c.get((*key, "STD")) or {}).get("decode_phase"))),
 )
-#: Each target for CoRun, then for CoRun with decode tiers, and with a prefill pack too (where a study ran
-#: those arms).
+#: Each target for CoRun, then for CoRun with decode tiers, with a prefill pack too, and with packs waiting
+#: for KV (where a study ran those arms).
 TARGETS = _TARGETS + tuple((name.replace("CoRun", arm, 1), arm, *rest)
-                           for arm in (TIERS_ARM, PACK_ARM) for name, _, *rest in _TARGETS)
+                           for arm in (TIERS_ARM, PACK_ARM, WAIT_ARM) for name, _, *rest in _TARGETS)
 
 
 def is_moe(shape: str) -> bool:

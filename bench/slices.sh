@@ -42,9 +42,12 @@
 #                   CoRun-tiers-pack-wait (--corun-prefill-pack-wait 32), dense-pack's records: what waiting for
 #                   KV takes back of the packs of one prompt (bench/admission.py replays the count)
 #   dense-pack-short qwen3-8b, sharegpt, side by side at 30 GiB each: STD, CoRun-tiers-pack and
-#                   CoRun-tiers-pack-wait with the committed tiers record and a pack verified first (on FlashInfer's
-#                   FA3 prefill it packs prompts from 1 token, not 17 as dense-pack's record): what packing the
-#                   short prompts takes back (bench/admission.py --shortest 1 replays the count)
+#                   CoRun-tiers-pack-wait with the committed tiers record and the committed FA3 pack record
+#                   (docs/results/pack/pack-qwen3-8b-tp1-bench-fa3.json: prompts pack from 1 token, not 17 as
+#                   dense-pack's record; a host whose prefill is not FA3 refuses it: verify anew with
+#                   --pack-size 1024): what packing the short prompts takes back (bench/admission.py --shortest 1)
+#   dense-pack-c16  qwen3-8b, sharegpt at concurrency 16, 30 GiB each: STD, CoRun-tiers and CoRun-tiers-pack
+#                   with dense-pack-short's records: what padding a lone prompt to the pack costs a light load
 #   moe-long        qwen3-30b-a3b, one arm at a time: blazedit-synthetic, fixed-1024-2048, fixed-4096-128,
 #                   fixed-4096-2048 (with moe-core: every workload of the matrix)
 #   tp2-core        qwen3-8b at TP 2 on two GPUs: sharegpt and fixed-64-448
@@ -121,7 +124,10 @@ for spec in "$@"; do
             --pack docs/results/pack/pack-qwen3-8b-tp1-bench.json --workloads "$(only sharegpt)" ;;
         dense-pack-short) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 --static-gb 30 \
             --arms STD,CoRun-tiers-pack,CoRun-tiers-pack-wait --tiers docs/results/tiers/tiers-qwen3-8b-tp1-bench.json \
-            --pack-size 1024 --workloads "$(only sharegpt)" ;;
+            --pack docs/results/pack/pack-qwen3-8b-tp1-bench-fa3.json --workloads "$(only sharegpt)" ;;
+        dense-pack-c16) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16 --static-gb 30 \
+            --arms STD,CoRun-tiers,CoRun-tiers-pack --tiers docs/results/tiers/tiers-qwen3-8b-tp1-bench.json \
+            --pack docs/results/pack/pack-qwen3-8b-tp1-bench-fa3.json --workloads "$(only sharegpt)" ;;
         moe-long) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --arm-args BI=--disable-prefill-cuda-graph \
             --workloads "$(only blazedit-synthetic,fixed-1024-2048,fixed-4096-128,fixed-4096-2048)" ;;

@@ -390,6 +390,15 @@ def test_report_checks_the_targets_of_corun_with_a_prefill_pack(tmp_path):
     assert "STD 1000, BI 600, CoRun-tiers 760, CoRun-tiers-pack 810" in text
 
 
+def test_report_checks_the_targets_of_packs_waiting_for_kv(tmp_path):
+    rows = [_row("STD", 0, "sharegpt", 1000), {**_row("CoRun-tiers-pack", 0, "sharegpt", 790), "prefill_pack": 1024},
+            {**_row("CoRun-tiers-pack-wait", 0, "sharegpt", 830), "prefill_pack": 1024}]
+    text = _report(tmp_path, rows)
+    assert ("| CoRun-tiers-pack-wait >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 "
+            "| 0.83 (0.83-0.83) | yes |") in text
+    assert "| CoRun-tiers-pack >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.79" in text
+
+
 def test_a_study_without_std_judges_bi_slower_than_std_by_the_other_studies(tmp_path):
     def row(study, arm, tput):
         return {**_row(arm, 0, "fixed-64-448", tput), "study": study}
@@ -832,7 +841,8 @@ def test_slices_script_names_its_slices_and_refuses_unknown_ones(tmp_path):
     text = script.read_text()
     for name in ("dense-core", "dense-long", "dense-sweep", "dense-ablation", "dense-ablation-c16", "dense-tiers",
                  "dense-tiers-lt", "dense-profile-lt", "dense-profile", "dense-padding", "moe-core", "moe-core-tiers",
-                 "moe-tiers-bi", "moe-pack-bi", "dense-pack", "dense-pack-wait", "dense-pack-short", "moe-long", "moe-profile", "moe-tiers", "moe-padding", "tp2-core", "sampler"):
+                 "moe-tiers-bi", "moe-pack-bi", "dense-pack", "dense-pack-wait", "dense-pack-short", "dense-pack-c16",
+                 "moe-long", "moe-profile", "moe-tiers", "moe-padding", "tp2-core", "sampler"):
         assert f"#   {name}" in text and f"{name})" in text
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "no-such-slice"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown slice no-such-slice" in done.stdout
@@ -863,7 +873,8 @@ def test_the_records_a_slice_names_load_and_share_one_environment():
         if len(records) == 2:
             assert records["tiers"].environment == records["pack"].environment, found
         named += len(records)
-    assert named >= 8  # moe-core-tiers, moe-tiers-bi, moe-pack-bi (two), dense-pack (two), dense-pack-wait (two)
+    # moe-core-tiers, moe-tiers-bi, moe-pack-bi, dense-pack, dense-pack-wait, dense-pack-short, dense-pack-c16
+    assert named >= 12
 
 
 def test_slices_script_runs_only_the_named_workloads_of_a_split_slice(tmp_path):
