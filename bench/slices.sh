@@ -41,7 +41,7 @@
 #   dense-pack-wait qwen3-8b, sharegpt, side by side at 30 GiB each: STD, CoRun-tiers-pack and
 #                   CoRun-tiers-pack-wait (--corun-prefill-pack-wait 32), dense-pack's records: what waiting for
 #                   KV takes back of the packs of one prompt (bench/admission.py replays the count)
-#   dense-pack-short qwen3-8b, sharegpt, side by side at 30 GiB each: STD, CoRun-tiers-pack and
+#   dense-pack-short qwen3-8b, sharegpt and azure-conv, side by side at 30 GiB each: STD, CoRun-tiers-pack and
 #                   CoRun-tiers-pack-wait with the committed tiers record and the committed FA3 pack record
 #                   (docs/results/pack/pack-qwen3-8b-tp1-bench-fa3.json: prompts pack from 1 token, not 17 as
 #                   dense-pack's record; a host whose prefill is not FA3 refuses it: verify anew with
@@ -124,7 +124,7 @@ for spec in "$@"; do
             --pack docs/results/pack/pack-qwen3-8b-tp1-bench.json --workloads "$(only sharegpt)" ;;
         dense-pack-short) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 --static-gb 30 \
             --arms STD,CoRun-tiers-pack,CoRun-tiers-pack-wait --tiers docs/results/tiers/tiers-qwen3-8b-tp1-bench.json \
-            --pack docs/results/pack/pack-qwen3-8b-tp1-bench-fa3.json --workloads "$(only sharegpt)" ;;
+            --pack docs/results/pack/pack-qwen3-8b-tp1-bench-fa3.json --workloads "$(only sharegpt,azure-conv)" ;;
         dense-pack-c16) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16 --static-gb 30 \
             --arms STD,CoRun-tiers,CoRun-tiers-pack --tiers docs/results/tiers/tiers-qwen3-8b-tp1-bench.json \
             --pack docs/results/pack/pack-qwen3-8b-tp1-bench-fa3.json --workloads "$(only sharegpt)" ;;
