@@ -908,13 +908,26 @@ def test_admission_replay_counts_prefills_by_kind_and_decode_steps():
     r = admission.replay([(100, 3)] * 3, pool=10_000, pack=256, least=17)
     assert r.prefills == {"alone: short": 0, "alone: long": 0, "pack of 1": 1, "pack of 2+": 1}
     assert (r.decode_steps, r.mean_running) == (2, 3.0)
+    assert r.padding == (256 - 200) + (256 - 100)  # each pack runs at 256 tokens
     # a pool of 150 holds one whole sequence (104 tokens) at a time: a prefill, then its 2 decode steps
     r = admission.replay([(100, 3)] * 3, pool=150, pack=256, least=17)
     assert r.prefills["pack of 1"] == 3 and (r.decode_steps, r.mean_running) == (6, 1.0)
     r = admission.replay([(10, 3), (2000, 3)], pool=10_000, pack=256, least=17)
-    assert (r.prefills["alone: short"], r.prefills["alone: long"]) == (1, 1)
+    assert (r.prefills["alone: short"], r.prefills["alone: long"]) == (1, 1) and r.padding == 0
     with pytest.raises(ValueError, match="more than the pool"):
         admission.replay([(100, 3)], pool=50, pack=256, least=17)
+
+
+def test_admission_table_compares_pack_sizes_and_waits(capsys):
+    import admission
+
+    assert admission.main(["--workloads", "fixed-64-448", "--requests", "8", "--pool", "100000",
+                           "--pack", "128,256", "--wait", "0,4", "--shortest", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| fixed-64-448 |")]
+    # 8 prompts of 64 tokens: packs of 2 at 128 tokens (no padding), packs of 4 at 256 (no padding)
+    assert [r.split(" | ")[1:4] for r in rows] == [["128", "0", "4"], ["128", "4", "4"], ["256", "0", "2"],
+                                                   ["256", "4", "2"]]
+    assert all(r.split(" | ")[8] == "0" for r in rows)
 
 
 def test_waiting_for_kv_gathers_packs_of_one_into_fuller_packs():
