@@ -226,6 +226,27 @@ def steps_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
     return lines
 
 
+def prefills_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
+    """Markdown: per workload and arm, the prefill iterations of a run (``prefill_batches``, from the
+    server's log: a chunk of a long prompt is an iteration of its own) and the prompts one held.
+    Isolated prefill runs one prompt an iteration; a prefill pack or default SGLang runs several."""
+    groups = collections.defaultdict(list)
+    for r in rows:
+        if r["shape"] == shape and r["concurrency"] == concurrency and r.get("prefill_batches"):
+            groups[(r["workload"], r["arm"])].append(r["prefill_batches"])
+    if not groups:
+        return []
+    lines = ["| workload | arm | prefill iterations per run (min-max) | #new-seq per iteration: mean, most | runs |",
+             "| --- | --- | ---: | ---: | ---: |"]
+    for (w, arm) in sorted(groups, key=lambda k: (k[0], ORDER.index(k[1]) if k[1] in ORDER else len(ORDER))):
+        runs = groups[(w, arm)]
+        counts = [len(b) for b in runs]
+        seqs = [s for b in runs for s, _ in b]
+        lines.append(f"| {w} | {arm} | {statistics.median(counts):.0f} ({min(counts)}-{max(counts)}) | "
+                     f"{sum(seqs) / len(seqs):.2f}, {max(seqs)} | {len(runs)} |")
+    return lines
+
+
 def plot(c: dict, shape: str, concurrency: int, path: Path, study: str = "") -> None:
     plt = _pyplot()
     names = sorted({k[1] for k in c if k[0] == shape and k[2] == concurrency})
@@ -685,6 +706,9 @@ def _study_sections(study: str, rows: list[dict], c: dict, plots: dict[tuple, st
         steps = steps_table(rows, shape, concurrency)
         if steps:
             lines += ["", "Decode steps by load, from the servers' logs (medians over repetitions):", "", *steps]
+        prefills = prefills_table(rows, shape, concurrency)
+        if prefills:
+            lines += ["", "Prefill iterations, from the servers' logs:", "", *prefills]
         lines.append("")
     return lines
 

@@ -299,8 +299,9 @@ def main(argv=None) -> int:
                     servers.pop(other).stop()
             tiered = ["--corun-decode-tiers", record.source] if arm in TIERED else []
             tiered += ["--corun-prefill-pack", pack.source] if arm in PACKED else []
-            servers[arm] = Server(str(ckpt), ARMS[arm] + extra[arm] + tiered + shared, Path(args.logs) / f"{arm}.log",
-                                  timeout=900, static_gb=args.static_gb, env=env[arm])
+            log = Path(args.logs) / serverlog.log_name(args.study, arm)
+            servers[arm] = Server(str(ckpt), ARMS[arm] + extra[arm] + tiered + shared, log, timeout=900,
+                                  static_gb=args.static_gb, env=env[arm])
         return servers[arm]
 
     try:
@@ -324,7 +325,8 @@ def main(argv=None) -> int:
             cpu = time.process_time() - cpu
             with open(server.log, errors="replace") as log:
                 log.seek(log_start)
-                steps = serverlog.decode_steps(log.read())
+                share = log.read()
+            steps = serverlog.decode_steps(share)
             wave = serverlog.decode_wave(c, steps)
             row = {
                 "study": args.study, "shape": label, "tp": args.tp_size, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
@@ -335,6 +337,7 @@ def main(argv=None) -> int:
                 **client.summarize(records, duration, wave=wave),
                 "timeline": client.timeline(records, [len(b["input_ids"]) for b in bodies]),
                 "decode_steps": steps,
+                "prefill_batches": serverlog.prefill_batches(share),
                 "output_digests": [client.digest(r) for r in records],
                 **({"decode_tiers": list(record.tiers)} if arm in TIERED else {}),
                 **({"prefill_pack": pack.pack, "prefill_pack_shortest": pack.shortest} if arm in PACKED else {}),

@@ -1,4 +1,5 @@
-"""Decode-step samples from an SGLang server log: what one decode step costs at each load.
+"""Decode-step samples and prefill batches from an SGLang server log: what one decode step costs at
+each load, and how many prefill iterations a run took.
 
 Every ``--decode-log-interval`` (40) decode steps SGLang logs ``Decode batch, #running-req: R, ...,
 gen throughput (token/s): G``, where G is the tokens generated over the wall time since the previous
@@ -6,9 +7,16 @@ such line. A sample ``[R, G]`` therefore stands for 40 steps of about R requests
 ``R / G`` is the wall time of one step, prefill iterations in between included. The first sample
 after an idle server spans the idle time too, so the first sample of every run is dropped.
 
-``python bench/serverlog.py RUNS LOGS`` fills ``decode_steps`` into the rows of RUNS that lack it,
-from the arm logs ``LOGS/ARM.log`` (rows whose server log survives), matching each row's run
-window with the log's timestamps (1 s resolution, UTC unless ``--log-utc-offset-hours``).
+SGLang logs every prefill iteration as ``Prefill batch, #new-seq: S, #new-token: T, ...``: one line
+per forward pass, a chunk of a long prompt included. A run's ``[S, T]`` pairs (``prefill_batches``)
+count its prefill iterations and the prompts each held; their T sum to the run's prompt tokens where
+nothing came from the prefix cache.
+
+``python bench/serverlog.py RUNS LOGS`` fills ``decode_steps`` and ``prefill_batches`` into the rows
+of RUNS that lack them, from the arm logs ``LOGS/STUDY-ARM.log`` (or ``LOGS/ARM.log`` in a logs
+folder without study names), matching each row's run window with the log's timestamps
+(1 s resolution, UTC unless ``--log-utc-offset-hours``). A row keeps lacking what its window of the
+log does not hold: its log is gone, or another run's replaced it.
 """
 
 from __future__ import annotations
@@ -24,6 +32,10 @@ LINE = re.compile(
     r"^\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\] Decode batch[^,]*, "
     r"#running-req: (?P<running>\d+),.*gen throughput \(token/s\): (?P<tps>[\d.]+)"
 )
+PREFILL_LINE = re.compile(
+    r"^\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\] Prefill batch[^,]*, "
+    r"#new-seq: (?P<seqs>\d+), #new-token: (?P<tokens>\d+),"
+)
 KV_LINE = re.compile(r"Decode batch.*#token: (?P<tokens>\d+),")
 PROFILE_LINE = re.compile(r"Profiling starts[^.]*\. Traces will be saved to: (?P<dir>\S+)")
 #: Steps per logged sample (SGLang's ``--decode-log-interval`` default, which the benchmarks keep).
@@ -37,9 +49,24 @@ def samples(text: str, utc_offset_hours: float = 0.0) -> list[tuple[float, int, 
     for line in text.splitlines():
         m = LINE.match(line)
         if m:
-            t = datetime.datetime.strptime(m["time"], "%Y-%m-%d %H:%M:%S").replace(tzinfo=tz).timestamp()
-            out.append((t, int(m["running"]), float(m["tps"])))
+            out.append((_time(m["time"], tz), int(m["running"]), float(m["tps"])))
     return out
+
+
+def _time(stamp: str, tz: datetime.tzinfo) -> float:
+    return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").replace(tzinfo=tz).timestamp()
+
+
+def prefills(text: str, utc_offset_hours: float = 0.0) -> list[tuple[float, int, int]]:
+    """``(unix time, new prompts, new tokens)`` of every prefill-batch line of ``text``."""
+    tz = datetime.timezone(datetime.timedelta(hours=utc_offset_hours))
+    return [(_time(m["time"], tz), int(m["seqs"]), int(m["tokens"]))
+            for m in map(PREFILL_LINE.match, text.splitlines()) if m]
+
+
+def prefill_batches(text: str) -> list[list[int]]:
+    """``[[new prompts, new tokens], ...]``: one pair per prefill iteration of one run's share of a log."""
+    return [[s, t] for _, s, t in prefills(text)]
 
 
 def decode_steps(text: str) -> list[list[float]]:
@@ -117,37 +144,82 @@ def seconds(steps: list[list[float]], lo: int, hi: int) -> float:
     return sum(STEPS_PER_SAMPLE * r / g for r, g in steps if lo <= r <= hi)
 
 
+def prompt_tokens(row: dict) -> int | None:
+    """A run's prompt tokens: the sum of its timeline's prefill column (bench/client.py ``timeline``, bins
+    of 1 s), None for a row without a timeline."""
+    timeline = row.get("timeline")
+    return round(sum(b[1] for b in timeline)) if timeline else None
+
+
+def run_prefills(window: list[list[int]], tokens: int | None) -> list[list[int]]:
+    """The prefill batches of a run among those of its time window (1 s resolution: the window can
+    also hold the server's warm-up just before): the last ones whose tokens sum to the run's prompt
+    ``tokens``; none where no such run of them ends the window, or ``tokens`` is unknown."""
+    total = 0
+    for k in range(len(window) - 1, -1, -1) if tokens is not None else ():
+        total += window[k][1]
+        if total == tokens:
+            return window[k:]
+        if total > tokens:
+            break
+    return []
+
+
+def log_name(study: str, arm: str) -> str:
+    """An arm's server log in a logs folder: one per study and arm, so that a later study's server of
+    the same arm does not replace it."""
+    return f"{study}-{arm}.log" if study else f"{arm}.log"
+
+
+def log_path(logs: Path, row: dict) -> Path:
+    """The server log of a row: ``log_name`` of its study and arm, or ``ARM.log`` where only that one is there."""
+    named = logs / log_name(row.get("study") or "", row["arm"])
+    return named if named.exists() else logs / f"{row['arm']}.log"
+
+
 def backfill(rows: list[dict], logs: Path, utc_offset_hours: float = 0.0) -> int:
-    """Set ``decode_steps`` on rows without it from ``logs/ARM.log``; return how many were set."""
-    cache: dict[str, list] = {}
+    """Set ``decode_steps`` and ``prefill_batches`` on rows without them from their arm's log (``log_path``);
+    return how many rows got either. ``prefill_batches`` is set only where the row's window ends in
+    prefill lines whose tokens sum to the run's prompt tokens (``run_prefills``): a window without them
+    is another run's log."""
+    cache: dict[Path, tuple[list, list]] = {}
     filled = 0
     for row in rows:
-        if "decode_steps" in row:
+        if "decode_steps" in row and "prefill_batches" in row:
             continue
-        path = logs / f"{row['arm']}.log"
+        path = log_path(logs, row)
         if not path.exists():
             continue
-        if row["arm"] not in cache:
-            cache[row["arm"]] = samples(path.read_text(errors="replace"), utc_offset_hours)
+        if path not in cache:
+            text = path.read_text(errors="replace")
+            cache[path] = samples(text, utc_offset_hours), prefills(text, utc_offset_hours)
+        decode, prefill = cache[path]
         end = row["time"]
         start = end - row["duration_s"]
-        window = [(r, g) for t, r, g in cache[row["arm"]] if start - 1 <= t <= end + 1]
-        row["decode_steps"] = [[r, g] for r, g in window[1:] if g > 0]
-        filled += 1
+        window = [(r, g) for t, r, g in decode if start - 1 <= t <= end + 1]
+        batches = run_prefills([[s, n] for t, s, n in prefill if start - 1 <= t <= end + 1], prompt_tokens(row))
+        got = False
+        if "decode_steps" not in row:
+            row["decode_steps"] = [[r, g] for r, g in window[1:] if g > 0]
+            got = True
+        if "prefill_batches" not in row and batches:
+            row["prefill_batches"] = batches
+            got = True
+        filled += got
     return filled
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", help="JSON lines written by bench/run.py, rewritten in place")
-    parser.add_argument("logs", help="the folder of the arms' server logs (ARM.log)")
+    parser.add_argument("logs", help="the folder of the arms' server logs (STUDY-ARM.log or ARM.log)")
     parser.add_argument("--log-utc-offset-hours", type=float, default=0.0)
     args = parser.parse_args(argv)
     path = Path(args.runs)
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     filled = backfill(rows, Path(args.logs), args.log_utc_offset_hours)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    print(f"{filled} rows given decode_steps")
+    print(f"{filled} rows given decode_steps or prefill_batches")
     return 0
 
 

@@ -46,10 +46,14 @@ DECODE_LINE = ("[{}] Decode batch, #running-req: {}, #token: 20, token usage: 0.
                "gen throughput (token/s): {:.2f}, #queue-req: 0\n")
 
 
+PREFILL_LINE = ("[{}] Prefill batch, #new-seq: 1, #new-token: {}, #cached-token: 0, token usage: 0.00, "
+                "#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: True, input throughput (token/s): 1.00\n")
+
+
 def _streaming_server(log=None, capacity=None, cumulative=False):
     """A stand-in SGLang: /generate streams a token every 10 ms, its id a function of the prompt and
-    position, one new id per chunk (``cumulative``: every id so far); with ``log``, it appends two
-    SGLang decode-batch lines per request; with ``capacity``, at most that many stream at once, the
+    position, one new id per chunk (``cumulative``: every id so far); with ``log``, it appends an
+    SGLang prefill-batch line and two decode-batch lines per request; with ``capacity``, at most that many stream at once, the
     others wait their turn. /start_profile writes an empty trace a moment later; /flush_cache answers
     400 while a request streams, as SGLang does, else 200."""
     slots = threading.BoundedSemaphore(capacity or 1 << 30)
@@ -80,6 +84,9 @@ def _streaming_server(log=None, capacity=None, cumulative=False):
                 return
             self.server.received.append(body["input_ids"])
             n = body["sampling_params"]["max_new_tokens"]
+            if log is not None:  # each request prefilled alone
+                with open(log, "a") as f:
+                    f.write(PREFILL_LINE.format(time.strftime("%Y-%m-%d %H:%M:%S"), len(body["input_ids"])))
             with slots:
                 self.server.streaming += 1
                 try:
@@ -275,6 +282,22 @@ def test_report_medians_ratios_aggregate_and_plot(tmp_path):
     # a workload some arm has not run yet stays out of every arm's aggregate
     partial = rows + [_row("STD", rep, "azure-conv", 10) for rep in range(3)]
     assert report.aggregate(partial, "qwen3-8b", 256) == (agg, names)
+
+
+def test_report_counts_each_arms_prefill_iterations_and_the_prompts_they_held(tmp_path):
+    # isolated prefill: one prompt an iteration (a long prompt in two chunks); a pack: up to 3 prompts
+    batches = {"CoRun": [[[1, 100]] * 4 + [[1, 8192], [0, 1808]]] * 3,
+               "CoRun-tiers-pack": [[[3, 1024], [1, 1024], [1, 8192], [0, 1808]],
+                                    [[3, 1024], [1, 1024], [1, 8192], [1, 1808]],
+                                    [[2, 1024], [2, 1024], [1, 8192], [0, 1808]]]}
+    rows = [{**_row(arm, rep, "azure-conv", 1000), "prefill_batches": b}
+            for arm, runs in batches.items() for rep, b in enumerate(runs)]
+    rows += [_row("STD", rep, "azure-conv", 1000) for rep in range(3)]  # rows without them: no line
+    text = _report(tmp_path, rows)
+    assert "Prefill iterations, from the servers' logs:" in text
+    assert "| azure-conv | CoRun | 6 (6-6) | 0.83, 1 | 3 |" in text
+    assert "| azure-conv | CoRun-tiers-pack | 4 (4-4) | 1.33, 3 | 3 |" in text
+    assert "| azure-conv | STD |" not in text.split("Prefill iterations")[1]
 
 
 def test_report_tables_decode_steps_by_load_and_prices_fixed_shapes(tmp_path):
@@ -556,6 +579,10 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     assert all(r["completed"] == 2 and r["output_tokens"] == 6 for r in rows)
     # each row holds the decode samples its own run logged, less the first (it spans the idle time before)
     assert all(r["decode_steps"] == [[2, 200.0], [1, 1.0], [2, 200.0]] for r in rows)
+    # and the prefill iterations of its own run (the warm-up's are not a measured run's)
+    assert all(r["prefill_batches"] == [[1, 8], [1, 8]] for r in rows)
+    # one log per study and arm: another study's server of the same arm writes its own
+    assert sorted(p.name for p in (tmp_path / "logs").glob("*.log")) == ["s1-CoRun.log", "s1-STD.log"]
     # one server per arm side by side; one at a time, a start whenever the arm changes
     # (STD, CoRun | CoRun, STD: the rotation keeps CoRun across the repetitions' boundary)
     assert _StandIn.started == (["other", "--corun", "other"] if one_at_a_time else ["other", "--corun"])

@@ -1,4 +1,4 @@
-"""Decode-step samples parsed from SGLang server logs (lines as SGLang 0.5.17 writes them)."""
+"""Decode-step samples and prefill batches parsed from SGLang server logs (lines as SGLang 0.5.17 writes them)."""
 
 import json
 import sys
@@ -34,6 +34,13 @@ def test_the_first_sample_of_a_run_is_dropped_it_spans_the_idle_time_before():
     assert serverlog.decode_steps("no decode lines\n") == []
 
 
+def test_prefill_batches_are_one_pair_of_prompts_and_tokens_per_prefill_line():
+    chunked = LOG.splitlines()[0].replace("#new-seq: 1, #new-token: 75", "#new-seq: 3, #new-token: 8192")
+    assert serverlog.prefill_batches(LOG + chunked + "\n") == [[1, 75], [3, 8192]]
+    assert serverlog.prefills(LOG)[0][0] == serverlog.samples(LOG)[0][0] - 8
+    assert serverlog.prefill_batches("[2026-11-30 09:48:10] Decode batch, #running-req: 1, \n") == []
+
+
 def test_kv_tokens_at_each_profile_come_from_the_first_decode_line_after_it():
     start = "[2026-12-01 01:51:54] Profiling starts. Traces will be saved to: /r/traces/STD-{} (with profile id: x)\n"
     text = start.format(1) + LOG + start.format(256) + LOG.splitlines()[-1] + "\n" + start.format(16)
@@ -55,16 +62,40 @@ def test_backfill_takes_each_rows_window_from_its_arms_log(tmp_path):
     (tmp_path / "CoRun.log").write_text(LOG)
     t0 = serverlog.samples(LOG)[0][0]
     rows = [
-        {"arm": "CoRun", "time": t0 + 3, "duration_s": 3.0},  # the whole log
-        {"arm": "CoRun", "time": t0 + 100, "duration_s": 5.0},  # no samples in its window
+        {"arm": "CoRun", "time": t0 + 3, "duration_s": 11.0, "timeline": [[0, 75, 0], [1, 0, 9]]},  # the whole log
+        {"arm": "CoRun", "time": t0 + 100, "duration_s": 5.0},  # no lines in its window: another run's log
         {"arm": "STD", "time": t0 + 3, "duration_s": 3.0},  # no log for this arm
-        {"arm": "CoRun", "time": t0, "duration_s": 1.0, "decode_steps": [[1, 1.0]]},  # kept
+        {"arm": "CoRun", "time": t0, "duration_s": 1.0, "decode_steps": [[1, 1.0]], "prefill_batches": []},  # kept
+        {"arm": "CoRun", "time": t0 + 3, "duration_s": 3.0, "decode_steps": [[1, 1.0]]},  # its decode steps kept
     ]
     runs = tmp_path / "runs.jsonl"
     runs.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert serverlog.main([str(runs), str(tmp_path)]) == 0
     out = [json.loads(line) for line in runs.read_text().splitlines()]
-    assert out[0]["decode_steps"] == [[224, 16064.63], [4, 400.0]]
-    assert out[1]["decode_steps"] == []
+    assert out[0]["decode_steps"] == [[224, 16064.63], [4, 400.0]] and out[0]["prefill_batches"] == [[1, 75]]
+    assert out[1]["decode_steps"] == [] and "prefill_batches" not in out[1]
     assert "decode_steps" not in out[2]
-    assert out[3]["decode_steps"] == [[1, 1.0]]
+    assert out[3] == rows[3]
+    # a window without a prefill line leaves prefill_batches unset: every run prefills
+    assert out[4]["decode_steps"] == [[1, 1.0]] and "prefill_batches" not in out[4]
+
+
+def test_a_runs_prefills_are_the_last_of_its_window_that_sum_to_its_prompt_tokens():
+    warm_up, run = [[2, 40], [1, 5]], [[1, 75], [3, 1024], [0, 6]]
+    assert serverlog.run_prefills(warm_up + run, 1105) == run
+    assert serverlog.run_prefills(run, 1105) == run
+    assert serverlog.run_prefills(warm_up + run, 1104) == []  # no run of them sums to its tokens
+    assert serverlog.run_prefills(run, None) == [] and serverlog.run_prefills([], 0) == []
+    assert serverlog.prompt_tokens({"timeline": [[0, 75.0, 0], [1, 1030.0, 8.0]]}) == 1105
+    assert serverlog.prompt_tokens({}) is None
+
+
+def test_backfill_reads_a_studys_own_log_before_the_arms_shared_one(tmp_path):
+    (tmp_path / "CoRun.log").write_text(LOG)
+    (tmp_path / "s1-CoRun.log").write_text(LOG.replace("#new-token: 75", "#new-token: 9"))
+    t0 = serverlog.samples(LOG)[0][0]
+    rows = [{"study": s, "arm": "CoRun", "time": t0 + 3, "duration_s": 11.0, "timeline": [[0, n, 0]]}
+            for s, n in (("s1", 9), ("s2", 75), ("", 75), ("", 76))]
+    assert serverlog.backfill(rows, tmp_path) == 4
+    assert [r.get("prefill_batches") for r in rows] == [[[1, 9]], [[1, 75]], [[1, 75]], None]
+    assert serverlog.log_name("s1", "STD") == "s1-STD.log" and serverlog.log_name("", "STD") == "STD.log"
