@@ -228,7 +228,8 @@ def steps_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
 
 def prefills_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
     """Markdown: per workload and arm, the prefill iterations of a run (``prefill_batches``, from the
-    server's log: a chunk of a long prompt is an iteration of its own) and the prompts one held.
+    server's log: a chunk of a long prompt is an iteration of its own) and the prompts one held
+    (SGLang's ``#new-seq``, which counts a chunked prompt in each of its chunks).
     Isolated prefill runs one prompt an iteration; a prefill pack or default SGLang runs several."""
     groups = collections.defaultdict(list)
     for r in rows:

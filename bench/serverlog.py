@@ -8,9 +8,9 @@ such line. A sample ``[R, G]`` therefore stands for 40 steps of about R requests
 after an idle server spans the idle time too, so the first sample of every run is dropped.
 
 SGLang logs every prefill iteration as ``Prefill batch, #new-seq: S, #new-token: T, ...``: one line
-per forward pass, a chunk of a long prompt included. A run's ``[S, T]`` pairs (``prefill_batches``)
-count its prefill iterations and the prompts each held; their T sum to the run's prompt tokens where
-nothing came from the prefix cache.
+per forward pass, a chunk of a long prompt included (S counts the chunked prompt in each of its
+chunks). A run's ``[S, T]`` pairs (``prefill_batches``) count its prefill iterations and the prompts
+each held; their T sum to the run's prompt tokens where nothing came from the prefix cache.
 
 ``python bench/serverlog.py RUNS LOGS`` fills ``decode_steps`` and ``prefill_batches`` into the rows
 of RUNS that lack them, from the arm logs ``LOGS/STUDY-ARM.log`` (or ``LOGS/ARM.log`` in a logs

@@ -53,8 +53,8 @@ PREFILL_LINE = ("[{}] Prefill batch, #new-seq: 1, #new-token: {}, #cached-token:
 def _streaming_server(log=None, capacity=None, cumulative=False):
     """A stand-in SGLang: /generate streams a token every 10 ms, its id a function of the prompt and
     position, one new id per chunk (``cumulative``: every id so far); with ``log``, it appends an
-    SGLang prefill-batch line and two decode-batch lines per request; with ``capacity``, at most that many stream at once, the
-    others wait their turn. /start_profile writes an empty trace a moment later; /flush_cache answers
+    SGLang prefill-batch line and two decode-batch lines per request; with ``capacity``, at most that
+    many stream at once, the others wait their turn. /start_profile writes an empty trace a moment later; /flush_cache answers
     400 while a request streams, as SGLang does, else 200."""
     slots = threading.BoundedSemaphore(capacity or 1 << 30)
 
@@ -285,18 +285,19 @@ def test_report_medians_ratios_aggregate_and_plot(tmp_path):
 
 
 def test_report_counts_each_arms_prefill_iterations_and_the_prompts_they_held(tmp_path):
-    # isolated prefill: one prompt an iteration (a long prompt in two chunks); a pack: up to 3 prompts
-    batches = {"CoRun": [[[1, 100]] * 4 + [[1, 8192], [0, 1808]]] * 3,
-               "CoRun-tiers-pack": [[[3, 1024], [1, 1024], [1, 8192], [0, 1808]],
+    # isolated prefill: one prompt an iteration (a long prompt in two chunks, each counted as SGLang
+    # counts it: #new-seq 1); a pack: up to 3 prompts
+    batches = {"CoRun": [[[1, 100]] * 4 + [[1, 8192], [1, 1808]]] * 3,
+               "CoRun-tiers-pack": [[[3, 1024], [1, 1024], [1, 8192], [1, 1808]],
                                     [[3, 1024], [1, 1024], [1, 8192], [1, 1808]],
-                                    [[2, 1024], [2, 1024], [1, 8192], [0, 1808]]]}
+                                    [[2, 1024], [2, 1024], [1, 8192], [1, 1808]]]}
     rows = [{**_row(arm, rep, "azure-conv", 1000), "prefill_batches": b}
             for arm, runs in batches.items() for rep, b in enumerate(runs)]
     rows += [_row("STD", rep, "azure-conv", 1000) for rep in range(3)]  # rows without them: no line
     text = _report(tmp_path, rows)
     assert "Prefill iterations, from the servers' logs:" in text
-    assert "| azure-conv | CoRun | 6 (6-6) | 0.83, 1 | 3 |" in text
-    assert "| azure-conv | CoRun-tiers-pack | 4 (4-4) | 1.33, 3 | 3 |" in text
+    assert "| azure-conv | CoRun | 6 (6-6) | 1.00, 1 | 3 |" in text
+    assert "| azure-conv | CoRun-tiers-pack | 4 (4-4) | 1.50, 3 | 3 |" in text
     assert "| azure-conv | STD |" not in text.split("Prefill iterations")[1]
 
 
