@@ -155,8 +155,10 @@ def run_prefills(window: list[list[int]], tokens: int | None) -> list[list[int]]
     """The prefill batches of a run among those of its time window (1 s resolution: the window can
     also hold the server's warm-up just before): the last ones whose tokens sum to the run's prompt
     ``tokens``; none where no such run of them ends the window, or ``tokens`` is unknown."""
+    if tokens is None:
+        return []
     total = 0
-    for k in range(len(window) - 1, -1, -1) if tokens is not None else ():
+    for k in range(len(window) - 1, -1, -1):
         total += window[k][1]
         if total == tokens:
             return window[k:]
