@@ -16,7 +16,7 @@ each held; their T sum to the run's prompt tokens where nothing came from the pr
 of RUNS that lack them, from the arm logs ``LOGS/STUDY-ARM.log`` (or ``LOGS/ARM.log`` in a logs
 folder without study names), matching each row's run window with the log's timestamps
 (1 s resolution, UTC unless ``--log-utc-offset-hours``). A row keeps lacking what its window of the
-log does not hold: its log is gone, or another run's replaced it.
+log does not hold (its log gone or from another run).
 """
 
 from __future__ import annotations

@@ -221,7 +221,7 @@ def main(argv=None) -> int:
                 out_dir = traces / f"{arm}-{load}"
                 trace, running = asyncio.run(profile_load(server.url, prompts, args.output_len, args.steps,
                                                           out_dir, settle=args.settle))
-                kv = serverlog.kv_at_profiles(server.log.read_text(errors="replace")).get(str(out_dir))
+                kv = serverlog.kv_at_profiles(server.log_text()).get(str(out_dir))
                 row = {"shape": args.shape, "arm": arm, "load": load, "running": running, "steps": args.steps,
                        "input_len": args.input_len, "kv_tokens": kv, "trace": str(trace),
                        "graph_slots": graph_slots(graphs, running) if graphs else None,

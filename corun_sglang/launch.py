@@ -13,6 +13,10 @@ another on one GPU with the same fraction get ever smaller pools.
 ``static_gb`` asks for a size instead: the fraction is worked out from the
 free memory at launch. Side-by-side arms that must have identical pools also
 pass the same ``--max-total-tokens``.
+
+A server appends to its log: servers started one after another with one log
+path leave all their output there, in order, and ``log_text()`` is this
+server's part alone.
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ def static_fraction(static_gb: float, free_gb: float) -> float:
 
 
 class Server:
-    """``python -m sglang.launch_server`` in a subprocess, logging to a file."""
+    """``python -m sglang.launch_server`` in a subprocess, appending to a log file."""
 
     def __init__(self, model_path: str, args: list[str], log: Path, timeout: float = 600,
                  skip_tokenizer_init: bool = True, static_gb: float | None = None,
@@ -112,7 +116,8 @@ class Server:
             "--port", str(self.port), *(["--skip-tokenizer-init"] if skip_tokenizer_init else []), *args,
         ]
         self.log = log
-        self._out = open(log, "w")
+        self._out = open(log, "a")
+        self._log_start = self._out.tell()
         self.proc = subprocess.Popen(
             self.command, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env
         )
@@ -140,9 +145,12 @@ class Server:
                                f"(is corun-sglang's plugin loaded?); log: {self.log}")
 
     def log_text(self) -> str:
+        """What this server has logged so far (not what earlier servers left in the same file)."""
         if not self._out.closed:
             self._out.flush()
-        return self.log.read_text(errors="replace")
+        with open(self.log, errors="replace") as f:
+            f.seek(self._log_start)
+            return f.read()
 
     def stop(self) -> None:
         """Stop the server and every process it started (its session), freeing the GPU."""

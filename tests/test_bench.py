@@ -531,7 +531,8 @@ def test_common_options_and_prepare_reuse_an_existing_checkpoint(tmp_path):
 
 
 class _StandIn:
-    """Stands in for ``corun_sglang.launch.Server``: a local streaming endpoint; records its lifetime."""
+    """Stands in for ``corun_sglang.launch.Server``: a local streaming endpoint appending to its log, as
+    the server does; records its lifetime."""
 
     alive: list = []
     started: list = []
@@ -541,7 +542,8 @@ class _StandIn:
         self.env = env
         self.log = Path(log)
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        self.log.write_text("server started\n")
+        with open(self.log, "a") as f:
+            f.write("server started\n")
         self.httpd = _streaming_server(self.log)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.command = ["server", *args]
@@ -584,6 +586,8 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     assert all(r["prefill_batches"] == [[1, 8], [1, 8]] for r in rows)
     # one log per study and arm: another study's server of the same arm writes its own
     assert sorted(p.name for p in (tmp_path / "logs").glob("*.log")) == ["s1-CoRun.log", "s1-STD.log"]
+    # an arm started again (one at a time) adds to its log: both STD servers' lines stay
+    assert (tmp_path / "logs" / "s1-STD.log").read_text().count("server started") == (2 if one_at_a_time else 1)
     # one server per arm side by side; one at a time, a start whenever the arm changes
     # (STD, CoRun | CoRun, STD: the rotation keeps CoRun across the repetitions' boundary)
     assert _StandIn.started == (["other", "--corun", "other"] if one_at_a_time else ["other", "--corun"])

@@ -12,6 +12,18 @@ def test_a_refused_start_raises_with_the_log(tiny_model, tmp_path):
     assert "CorunConfigError" in log.read_text()
 
 
+def test_a_server_appends_to_its_log_and_reports_only_its_own_part(tiny_model, tmp_path):
+    # one log path for servers started one after another (an arm restarted within a study): the
+    # earlier output stays, and a refusal quotes the new server's output alone
+    log = tmp_path / "server.log"
+    log.write_text("an earlier server: Decode batch, #running-req: 7\n")
+    with pytest.raises(RuntimeError, match="enable-mixed-chunk") as refused:
+        Server(tiny_model, ["--corun", "--enable-mixed-chunk", "--device", "cuda"], log, timeout=300)
+    assert "an earlier server" not in str(refused.value)
+    text = log.read_text()
+    assert text.startswith("an earlier server: Decode batch") and "CorunConfigError" in text
+
+
 def test_a_dummy_load_with_the_synthetic_seed_must_log_its_draw():
     from corun_sglang.launch import expects_synthetic_draw
     from corun_sglang.synthetic import SEED_ENV
