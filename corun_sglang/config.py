@@ -21,7 +21,10 @@ Invariants of a configuration that ``resolve()`` accepts:
   (``corun_sglang.moe_padding``);
 - no feature that splits, reshapes or redistributes a batch (speculative
   decoding, DP attention, PD disaggregation, pipeline parallelism, two-batch
-  overlap) and no TP > 1.
+  overlap); TP only at the verified sizes, every all-reduce on NCCL's tree
+  (no custom or FlashInfer-fused all-reduce);
+- every other SGLang option is free, at a verified value, or at SGLang's
+  default (``corun_sglang.options``).
 """
 
 from __future__ import annotations
@@ -223,6 +226,12 @@ def _decode_graph_off(args: Any) -> bool:
 
 
 REFUSALS: tuple[Refusal, ...] = (
+    Refusal(
+        "--max-running-requests",
+        lambda a: a.max_running_requests is not None and a.max_running_requests < 1,
+        "N, the decode graph's batch size, is the number of requests that run at once: 1 or more",
+        f"pass 1 or more, or leave it unset for {DEFAULT_MAX_RUNNING_REQUESTS}",
+    ),
     Refusal(
         "--enable-deterministic-inference",
         lambda a: bool(a.enable_deterministic_inference),
@@ -430,7 +439,8 @@ def defaults(args: Any) -> dict[str, Any]:
     that conflicts are reported by ``refusals()`` instead.
     """
     n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
-    tp = {"disable_custom_all_reduce": True} if (args.tp_size or 1) > 1 else {}
+    tp = ({"disable_custom_all_reduce": True, "enforce_disable_flashinfer_allreduce_fusion": True}
+          if (args.tp_size or 1) > 1 else {})
     return {
         **tp,
         "max_running_requests": n,
@@ -540,6 +550,9 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
         elif list(prefill.bs or []) != graph_counts(prefill.bs or [], pack):
             problems.append(f"prefill CUDA graph token counts resolved to {prefill.bs}, not "
                             f"{graph_counts(prefill.bs or [], pack)}")
+    fused = getattr(args, "flashinfer_allreduce_fusion_backend", None)
+    if fused is not None:
+        problems.append(f"all-reduce resolved to FlashInfer's fused all-reduce ('{fused}'), not NCCL's tree")
     if not args.disable_radix_cache:
         problems.append("the radix cache is on; --corun needs it off (--disable-radix-cache)")
     if args.sampling_backend != SAMPLING_BACKEND:

@@ -17,6 +17,7 @@ result is checked: anything that breaks the contract raises
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from typing import Literal, Optional
@@ -24,10 +25,16 @@ from typing import Literal, Optional
 from sglang.srt.arg_groups.arg_utils import A
 from sglang.srt.server_args import ServerArgs as SGLangServerArgs
 
-from corun_sglang import config, packing, tiers
+from corun_sglang import config, options, packing, tiers
 from corun_sglang.startup import problems as startup_problems
 
 logger = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=1)
+def _sglang_defaults() -> dict:
+    """SGLang's own default of each of its options (the fields of the class ``CorunServerArgs`` extends)."""
+    return options.defaults_of(CorunServerArgs.__mro__[1])
 
 
 @dataclasses.dataclass
@@ -116,7 +123,7 @@ class CorunServerArgs(SGLangServerArgs):
             )
         env, conflicts = config.collective_env(self, os.environ)
         problems = startup_problems() + self._tier_problems() + self._pack_problems() + conflicts
-        problems += config.refusals(self)
+        problems += config.refusals(self) + options.refusals(self, _sglang_defaults())
         if problems:
             raise config.CorunConfigError(problems)
         os.environ.update(env)  # inherited by the scheduler processes started later

@@ -178,11 +178,10 @@ def test_moe_padding_rows_skip_the_experts_only_under_corun(parse):
     args = parse("--corun")  # auto, on the runner SGLang resolves (Triton kernels, unquantized)
     assert args.corun_moe_padding == "auto" and args.moe_runner_backend == "auto"
     assert args.corun_config.moe_padding == "skip" and "moe_padding=skip" in args.corun_config.summary()
-    args = parse("--corun", "--moe-runner-backend", "flashinfer_cutlass")  # auto, another runner
-    assert args.corun_config.moe_padding == "compute" and args.moe_runner_backend == "flashinfer_cutlass"
+    assert parse("--corun", "--moe-runner-backend", "triton").corun_config.moe_padding == "skip"
     assert parse("--corun", "--corun-moe-padding", "compute").corun_config.moe_padding == "compute"
-    with pytest.raises(config.CorunConfigError, match="only the Triton kernels"):
-        parse("--corun", "--corun-moe-padding", "skip", "--moe-runner-backend", "flashinfer_cutlass")
+    with pytest.raises(config.CorunConfigError, match="--moe-runner-backend 'flashinfer_cutlass': not verified"):
+        parse("--corun", "--moe-runner-backend", "flashinfer_cutlass")  # another runner: not verified
     with pytest.raises(config.CorunConfigError, match="--corun-moe-padding: part of --corun"):
         parse("--corun-moe-padding", "skip")
     with pytest.raises(SystemExit):  # argparse names the choices
