@@ -67,7 +67,7 @@ def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
     server_args = model_runner.server_args
     if not _corun(server_args):
         return result
-    from corun_sglang import config, tiers
+    from corun_sglang import config, records
 
     expected = config.decode_sizes(server_args)
     if list(self.capture_bs) != expected:
@@ -86,12 +86,12 @@ def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
         return result
     env = _tier_environment(model_runner)
     if any(record is None for record, _, _ in served):  # unverified candidates: tell the verifier where they ran
-        logger.warning(tiers.environment_line(env))
+        logger.warning(records.environment_line(env))
     if config.prefill_pack(server_args) and getattr(server_args, config.PACK_RECORD_ATTR, None) is None:
         cfg = server_args.corun_config
         logger.warning(packing.candidate_line(cfg.prefill_pack, cfg.prefill_pack_shortest, cfg.prefill_pack_kernel))
     for record, option, command in served:
-        differ = [] if record is None else tiers.mismatches(record.environment, env)
+        differ = [] if record is None else records.mismatches(record.environment, env)
         if differ:
             raise CorunContractError(
                 f"{option} {record.source} was verified in another environment (" + "; ".join(differ)
@@ -101,12 +101,12 @@ def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
 
 
 def _tier_environment(model_runner) -> dict:
-    from corun_sglang import tiers
+    from corun_sglang import records
 
-    return tiers.environment(
+    return records.environment(
         model_runner.model_config.hf_config.to_dict(), model_runner.model_config.dtype, model_runner.server_args,
-        gpu=torch.cuda.get_device_name(torch.cuda.current_device()), cuda=torch.version.cuda, installed=tiers.versions(),
-        blas=tiers.blas_setup(),
+        gpu=torch.cuda.get_device_name(torch.cuda.current_device()), cuda=torch.version.cuda,
+        installed=records.versions(), blas=records.blas_setup(),
     )
 
 

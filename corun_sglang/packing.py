@@ -22,8 +22,9 @@ Invariants:
   waits up to W decode steps for finishing requests to free KV: which prompts share a prefill changes,
   never the shape any of them runs at;
 - a server packs only with a ``Record`` that ``corun-sglang verify-prefill-pack`` wrote in an
-  environment equal to its own (``corun_sglang.tiers.environment``), or, unverified and making no
-  determinism promise, for that verification (``--corun-prefill-pack-candidate``).
+  environment equal to its own (``corun_sglang.records.environment``), or, unverified and making no
+  determinism promise, for that verification (``--corun-prefill-pack-candidate``);
+- a record file is read only through ``RecordFile``, a strict schema (``records.read``).
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Annotated, Any, Iterable, Mapping
 
-from corun_sglang import policy, tiers
+import pydantic
+
+from corun_sglang import policy, records
 
 #: FlashInfer's ``FA2DetermineCtaTileQ``: above this mean packed query length a prefill plan takes
 #: its 128-row query tile (head dims below 256), at or below it a narrower one.
@@ -43,7 +46,7 @@ QUERY_TILE_ROWS = 64
 MIN_PACK = 128
 
 
-class PackingError(ValueError):
+class PackingError(records.RecordError):
     """A pack size or record that cannot be served; the message names the cause and the fix."""
 
 
@@ -166,7 +169,7 @@ def candidate_line(pack: int, least: int, kernel: str) -> str:
 
 def candidate_from_log(text: str) -> dict[str, Any]:
     """What a candidate server logged it packs (``candidate_line``); ``PackingError`` if it logged nothing."""
-    found = tiers.logged(text, CANDIDATE_LOG)
+    found = records.logged(text, CANDIDATE_LOG)
     if found is None:
         raise PackingError("the server logged no prefill pack candidate: was it started with --corun and "
                            "--corun-prefill-pack-candidate?")
@@ -199,21 +202,48 @@ class Record:
     source: str = ""
 
     def to_json(self) -> dict:
-        return {"pack": self.pack, "shortest": self.shortest, "environment": dict(self.environment),
-                "needles": {str(k): v for k, v in sorted(self.needles.items())}}
+        """The record file's content; ``PackingError`` where ``load`` would refuse it."""
+        data = {"pack": self.pack, "shortest": self.shortest, "environment": dict(self.environment),
+                "needles": dict(sorted(self.needles.items()))}
+        try:
+            return RecordFile.model_validate(data).model_dump(mode="json")
+        except pydantic.ValidationError as exc:
+            raise PackingError(f"a prefill pack record that would not load ({records.refusals(exc)})") from None
+
+
+class RecordFile(pydantic.BaseModel):
+    """A prefill pack record file: ``pack`` (``MIN_PACK`` tokens or more) and ``shortest`` (1 to ``pack``); the
+    environment they were verified in; ``needles``, each needle's prompt length (1 to ``pack``) with the
+    packings it was checked in (one or more)."""
+
+    model_config = records.STRICT
+
+    pack: Annotated[int, pydantic.Field(ge=MIN_PACK, le=records.MAX_SIZE)]
+    shortest: records.Size
+    environment: records.Environment
+    needles: dict[records.Size, pydantic.PositiveInt] = {}
+
+    @pydantic.field_validator("shortest")
+    @classmethod
+    def _shortest_fits(cls, shortest: int, info: pydantic.ValidationInfo) -> int:
+        pack = info.data.get("pack")
+        if pack is not None and shortest > pack:
+            raise ValueError(f"the shortest packable prompt must fit the pack of {pack} tokens")
+        return shortest
+
+    @pydantic.field_validator("needles")
+    @classmethod
+    def _needles_fit(cls, needles: dict[int, int], info: pydantic.ValidationInfo) -> dict[int, int]:
+        pack = info.data.get("pack")
+        if pack is not None and any(n > pack for n in needles):
+            raise ValueError(f"every needle must fit the pack of {pack} tokens")
+        return needles
 
 
 def load(path: str | Path) -> Record:
-    """The record in ``path``; ``PackingError`` naming the file, the cause and the fix."""
+    """The record in ``path`` (``RecordFile``); ``PackingError`` naming the file, each refused field, the cause
+    and the fix."""
     fix = "write it with `corun-sglang verify-prefill-pack` on this machine, or drop --corun-prefill-pack"
-    try:
-        data = json.loads(Path(path).read_text())
-        record = Record(pack=int(data["pack"]), shortest=int(data["shortest"]),
-                        environment=dict(data["environment"]),
-                        needles={int(k): int(v) for k, v in (data.get("needles") or {}).items()},
-                        source=str(path))
-    except OSError as exc:
-        raise PackingError(f"--corun-prefill-pack {path}: cannot read it ({exc.strerror}). Fix: {fix}") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise PackingError(f"--corun-prefill-pack {path}: not a prefill pack record ({exc}). Fix: {fix}") from None
-    return record
+    found = records.read(path, RecordFile, "--corun-prefill-pack", "prefill pack record", fix, PackingError)
+    return Record(pack=found.pack, shortest=found.shortest, environment=dict(found.environment),
+                  needles=dict(found.needles), source=str(path))

@@ -9,7 +9,9 @@ a decode batch to the smallest captured size that holds it, so a lighter load re
 Invariants:
 - a server captures exactly ``capture_sizes(record.tiers, N)``: every tier below N, then N;
 - it serves a record only when the record's N is its N and the record's environment equals its own
-  (``environment()``) field by field; otherwise it refuses to start and names each field that differs;
+  (``records.environment()``) field by field; otherwise it refuses to start and names each field that
+  differs;
+- a record file is read only through ``RecordFile``, a strict schema (``records.read``);
 - ``--corun-decode-tier-candidates`` captures unverified sizes for ``verify-tiers`` alone; such a
   server logs that it makes no determinism promise.
 """
@@ -17,31 +19,15 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import os
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-#: Distributions whose versions are part of a record's environment (absent ones are left out).
-DISTRIBUTIONS = (
-    "corun-sglang", "sglang", "sgl-kernel", "flashinfer-python", "torch", "triton",
-    "nvidia-cublas", "nvidia-cublas-cu12", "nvidia-cublas-cu13",
-)
+import pydantic
 
-#: Environment variables that steer which GEMM kernels cuBLAS and cuBLASLt pick (their workspace sizes).
-BLAS_ENV = ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE")
-
-#: Model config keys that name or date a checkpoint without changing what it computes.
-_NOT_THE_MODEL = ("_name_or_path", "name_or_path", "transformers_version", "_commit_hash")
-
-#: The server log line prefix that carries a candidate server's environment to ``verify-tiers`` and
-#: ``verify-prefill-pack``.
-ENVIRONMENT_LOG = "corun decode tiers environment: "
+from corun_sglang import records
 
 
-class TiersError(ValueError):
+class TiersError(records.RecordError):
     """A decode tiers record that cannot be served; the message names the cause and the fix."""
 
 
@@ -56,10 +42,43 @@ class Record:
     source: str = ""
 
     def to_json(self) -> dict:
-        return {
-            "n": self.n, "tiers": list(self.tiers), "environment": dict(self.environment),
-            "rejected": {str(k): v for k, v in sorted(self.rejected.items())},
-        }
+        """The record file's content; ``TiersError`` where ``load`` would refuse it."""
+        data = {"n": self.n, "tiers": sorted(self.tiers), "environment": dict(self.environment),
+                "rejected": dict(sorted(self.rejected.items()))}
+        try:
+            return RecordFile.model_validate(data).model_dump(mode="json")
+        except pydantic.ValidationError as exc:
+            raise TiersError(f"a decode tiers record that would not load ({records.refusals(exc)})") from None
+
+
+class RecordFile(pydantic.BaseModel):
+    """A decode tiers record file: ``n`` and its tiers, each unique and between 0 and ``n``; the environment
+    they were verified in; the sizes ``rejected``, each with the earliest decode step a needle differed at."""
+
+    model_config = records.STRICT
+
+    n: records.Size
+    tiers: list[records.Size]
+    environment: records.Environment
+    rejected: dict[records.Size, pydantic.NonNegativeInt] = {}
+
+    @pydantic.field_validator("tiers")
+    @classmethod
+    def _tiers_below_n(cls, tiers: list[int], info: pydantic.ValidationInfo) -> list[int]:
+        n = info.data.get("n")
+        if n is not None and any(t >= n for t in tiers):
+            raise ValueError(f"every tier must be below n = {n}")
+        if len(set(tiers)) != len(tiers):
+            raise ValueError("each tier must be listed once")
+        return tiers
+
+    @pydantic.field_validator("rejected")
+    @classmethod
+    def _rejected_below_n(cls, rejected: dict[int, int], info: pydantic.ValidationInfo) -> dict[int, int]:
+        n = info.data.get("n")
+        if n is not None and any(m >= n for m in rejected):
+            raise ValueError(f"every rejected size must be below n = {n}")
+        return rejected
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -91,96 +110,9 @@ def problems(record: Record, n: int) -> list[str]:
 
 
 def load(path: str | Path) -> Record:
-    """The record in ``path``; ``TiersError`` naming the file, the cause and the fix."""
+    """The record in ``path`` (``RecordFile``); ``TiersError`` naming the file, each refused field, the cause
+    and the fix."""
     fix = "write it with `corun-sglang verify-tiers` on this machine, or drop --corun-decode-tiers"
-    try:
-        data = json.loads(Path(path).read_text())
-        record = Record(
-            n=int(data["n"]), tiers=tuple(parse_sizes(",".join(map(str, data["tiers"])))) if data["tiers"] else (),
-            environment=dict(data["environment"]),
-            rejected={int(k): v for k, v in (data.get("rejected") or {}).items()}, source=str(path),
-        )
-    except OSError as exc:
-        raise TiersError(f"--corun-decode-tiers {path}: cannot read it ({exc.strerror}). Fix: {fix}") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise TiersError(f"--corun-decode-tiers {path}: not a decode tiers record ({exc}). Fix: {fix}") from None
-    return record
-
-
-def model_digest(config: Mapping[str, Any]) -> str:
-    """A digest of a model config (``PretrainedConfig.to_dict()``) that ignores its name and path."""
-    kept = {k: v for k, v in config.items() if k not in _NOT_THE_MODEL}
-    text = json.dumps(kept, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def versions(names: Iterable[str] = DISTRIBUTIONS) -> dict[str, str]:
-    """Installed versions of ``names`` (those installed)."""
-    out = {}
-    for name in names:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-def blas_setup(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The BLAS library PyTorch runs unquantized GEMMs through (``torch.backends.cuda.preferred_blas_library``,
-    which ``TORCH_BLAS_PREFER_CUBLASLT`` sets) and the ``BLAS_ENV`` settings (None where unset)."""
-    import torch
-
-    environ = os.environ if environ is None else environ
-    return {"library": torch.backends.cuda.preferred_blas_library().name.lower(),
-            **{name: environ.get(name) for name in BLAS_ENV}}
-
-
-def environment(model_config: Mapping[str, Any], dtype: Any, server_args: Any, gpu: str, cuda: str | None,
-                installed: Mapping[str, str], blas: Mapping[str, Any]) -> dict[str, Any]:
-    """Everything a decode graph's kernels can depend on besides N, as a flat JSON-able mapping:
-    ``blas`` is ``blas_setup()``, since the library and its workspace choose the GEMM kernels."""
-    return {
-        "model": model_digest(model_config),
-        "dtype": str(dtype),
-        "quantization": server_args.quantization,
-        "kv_cache_dtype": server_args.kv_cache_dtype,
-        "tp_size": server_args.tp_size,
-        "page_size": server_args.page_size,
-        "attention_backend": server_args.attention_backend,
-        "gpu": gpu,
-        "cuda": cuda,
-        **{f"blas {k}": v for k, v in sorted(blas.items())},
-        **{f"version {k}": v for k, v in sorted(installed.items())},
-    }
-
-
-def mismatches(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """One line per environment field that differs between a record and this server."""
-    return [
-        f"{key}: verified with {recorded.get(key)!r}, this server has {current.get(key)!r}"
-        for key in sorted(set(recorded) | set(current)) if recorded.get(key) != current.get(key)
-    ]
-
-
-def environment_line(env: Mapping[str, Any]) -> str:
-    """The log line a candidate server writes for ``verify-tiers`` to read back."""
-    return ENVIRONMENT_LOG + json.dumps(dict(env), sort_keys=True)
-
-
-def logged(text: str, marker: str) -> dict[str, Any] | None:
-    """The JSON object after ``marker`` on the first log line that holds it (a candidate server's first TP
-    rank's), or None."""
-    for line in text.splitlines():
-        at = line.find(marker)
-        if at >= 0:
-            return json.loads(line[at + len(marker):])
-    return None
-
-
-def environment_from_log(text: str) -> dict[str, Any]:
-    """The environment a candidate server logged (its first TP rank's); ``TiersError`` if none."""
-    env = logged(text, ENVIRONMENT_LOG)
-    if env is None:
-        raise TiersError("the server logged no environment: was it started with --corun and "
-                         "--corun-decode-tier-candidates or --corun-prefill-pack-candidate?")
-    return env
+    found = records.read(path, RecordFile, "--corun-decode-tiers", "decode tiers record", fix, TiersError)
+    return Record(n=found.n, tiers=tuple(sorted(found.tiers)), environment=dict(found.environment),
+                  rejected=dict(found.rejected), source=str(path))

@@ -136,14 +136,14 @@ def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequen
            seed: int = 0, static_gb: float | None = None) -> packing.Record:
     """Start a candidate server, probe it, write the record to ``out`` and return it; ``PackingError``
     (no record written) when the pack does not verify."""
-    from corun_sglang import tiers
+    from corun_sglang import records
     from corun_sglang.launch import Server
 
     vocab = model_vocab(model_path)
     args = ["--corun", "--corun-prefill-pack-candidate", str(pack), *server_args]
     server = Server(model_path, args, log, static_gb=static_gb)
     try:
-        environment = tiers.environment_from_log(server.log_text())
+        environment = records.environment_from_log(server.log_text())
         least = packing.candidate_from_log(server.log_text())["shortest"]
         found = probe(http_sender(server.url, log), pack, least, vocab, needles=needles, seed=seed)
     finally:

@@ -139,14 +139,14 @@ def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: P
            env: Mapping[str, str] | None = None) -> "Record":
     """Start a candidate server (with ``env`` added to its environment), probe it, write the record to
     ``out``; returns it."""
-    from corun_sglang import tiers
+    from corun_sglang import records, tiers
     from corun_sglang.launch import Server
 
     args = ["--corun", "--max-running-requests", str(n),
             "--corun-decode-tier-candidates", ",".join(map(str, candidates)), *server_args]
     server = Server(model_path, args, log, static_gb=static_gb, env=env)
     try:
-        environment = tiers.environment_from_log(server.log_text())
+        environment = records.environment_from_log(server.log_text())
         vocab = model_vocab(model_path)
         found = probe(http_sender(server.url), n, candidates, needles(needle_count, needle_tokens, vocab, seed),
                       vocab, seed=seed + 1)

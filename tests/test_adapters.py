@@ -658,7 +658,7 @@ def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate
         make_args, tmp_path, monkeypatch, caplog):
     import json
 
-    from corun_sglang import packing, tiers
+    from corun_sglang import packing, records
 
     path = tmp_path / "pack.json"
     path.write_text(json.dumps(packing.Record(pack=PACK, shortest=33, environment={"gpu": "A"}).to_json()))
@@ -675,6 +675,6 @@ def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate
         adapters.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack=str(path)))
     with caplog.at_level("WARNING"):
         assert adapters.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack_candidate=PACK)) == "built"
-    assert tiers.environment_from_log(caplog.text) == {"gpu": "B"}
+    assert records.environment_from_log(caplog.text) == {"gpu": "B"}
     assert packing.candidate_from_log(caplog.text) == {"pack": PACK, "shortest": 33, "kernel": "fa2"}
     assert adapters.decode_graph_runner_init("built", graphs, runner()) == "built"  # nothing to verify

@@ -1,6 +1,7 @@
-"""``tiers``: decode tier records, the environment they hold for, and what refuses them."""
+"""``tiers``: decode tier records, their file schema, and what refuses them."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -24,11 +25,19 @@ def test_capture_sizes_are_the_tiers_below_n_then_n():
 
 def test_a_record_round_trips_and_keeps_its_source(tmp_path):
     path = tmp_path / "t.json"
-    record = tiers.Record(n=256, tiers=(72, 128), environment=ENV, rejected={16: 3})
+    record = tiers.Record(n=256, tiers=(128, 72), environment=ENV, rejected={16: 3})
     path.write_text(json.dumps(record.to_json()))
     loaded = tiers.load(path)
     assert (loaded.n, loaded.tiers, dict(loaded.environment), dict(loaded.rejected)) == (256, (72, 128), ENV, {16: 3})
     assert loaded.source == str(path)
+    assert tiers.load(path).to_json() == record.to_json()
+
+
+def test_a_record_that_would_not_load_is_not_written():
+    with pytest.raises(tiers.TiersError, match=r"tiers \[72, 256\]: every tier must be below n = 256"):
+        tiers.Record(n=256, tiers=(72, 256), environment=ENV).to_json()
+    with pytest.raises(tiers.TiersError, match=r"environment.gpu \[\]: an environment field holds"):
+        tiers.Record(n=256, tiers=(72,), environment={"gpu": []}).to_json()
 
 
 def test_unreadable_or_malformed_records_name_the_fix(tmp_path):
@@ -40,64 +49,52 @@ def test_unreadable_or_malformed_records_name_the_fix(tmp_path):
             tiers.load(tmp_path / "bad.json")
 
 
+GOOD = {"n": 256, "tiers": [72, 128], "environment": ENV, "rejected": {"16": 3}}
+
+
+@pytest.mark.parametrize("change, refused", [
+    ({"tiers": "72,128"}, 'tiers "72,128": input should be a valid array'),
+    ({"n": "256"}, 'n "256": input should be a valid integer'),
+    ({"n": 256.0}, "n 256.0: input should be a valid integer"),
+    ({"n": True}, "n true: input should be a valid integer"),
+    ({"n": 0}, "n 0: input should be greater than or equal to 1"),
+    ({"n": 1 << 20}, "n 1048576: input should be less than or equal to 65536"),
+    ({"tiers": [72.0]}, "tiers.0 72.0: input should be a valid integer"),
+    ({"tiers": [-8, 72]}, "tiers.0 -8: input should be greater than or equal to 1"),
+    ({"tiers": [72, 256]}, "tiers [72, 256]: every tier must be below n = 256"),
+    ({"tiers": [72, 72]}, "tiers [72, 72]: each tier must be listed once"),
+    ({"environment": {"gpu": {"name": "H200"}}}, "environment.gpu {\"name\": \"H200\"}: an environment field holds"),
+    ({"environment": "H200"}, 'environment "H200": input should be an object'),
+    ({"rejected": {"16": "3"}}, 'rejected.16 "3": input should be a valid integer'),
+    ({"rejected": {"300": 3}}, "rejected {\"300\": 3}: every rejected size must be below n = 256"),
+    ({"tier": [72]}, "tier: not a field of this record"),
+])
+def test_a_record_with_a_wrong_field_is_refused_naming_the_file_and_the_field(tmp_path, change, refused):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({**GOOD, **change}))
+    with pytest.raises(tiers.TiersError) as caught:
+        tiers.load(path)
+    assert str(caught.value).startswith(f"--corun-decode-tiers {path}: not a decode tiers record (")
+    assert refused in str(caught.value) and str(caught.value).endswith(
+        "Fix: write it with `corun-sglang verify-tiers` on this machine, or drop --corun-decode-tiers")
+
+
+def test_a_number_json_reads_as_infinite_is_refused_not_raised(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text('{"n": 1e400, "tiers": [72], "environment": {"gpu": 1e400}}')
+    with pytest.raises(tiers.TiersError, match=r"n Infinity: input should be a valid integer; environment.gpu "
+                                               r"Infinity: an environment field holds a string, a finite number"):
+        tiers.load(path)
+
+
+def test_the_committed_records_still_load():
+    found = [p for p in Path(__file__).parents[1].glob("docs/results/tiers/tiers-*.json") if "summary" not in p.name]
+    assert found and all(tiers.load(p).tiers for p in found)
+
+
 def test_problems_name_a_different_n_and_tiers_out_of_range():
     assert tiers.problems(tiers.Record(n=256, tiers=(72,), environment=ENV), 256) == []
     (other_n,) = tiers.problems(tiers.Record(n=128, tiers=(72,), environment=ENV), 256)
     assert "128-slot" in other_n and "is 256" in other_n
     (wide,) = tiers.problems(tiers.Record(n=256, tiers=(72, 256), environment=ENV), 256)
     assert "[256]" in wide
-
-
-def test_model_digest_ignores_names_but_not_shapes():
-    config = {"hidden_size": 4096, "_name_or_path": "/a", "transformers_version": "4.57"}
-    same = {"hidden_size": 4096, "_name_or_path": "/b", "transformers_version": "4.58"}
-    assert tiers.model_digest(config) == tiers.model_digest(same)
-    assert tiers.model_digest(config) != tiers.model_digest({**config, "hidden_size": 2048})
-
-
-def test_environment_holds_what_kernels_depend_on(make_args):
-    args = make_args()
-    env = tiers.environment({"hidden_size": 64}, "torch.bfloat16", args, gpu="NVIDIA H200", cuda="13.0",
-                            installed={"sglang": "0.5.17", "torch": "2.11.0"}, blas=tiers.blas_setup({}))
-    assert env["gpu"] == "NVIDIA H200" and env["dtype"] == "torch.bfloat16" and env["version sglang"] == "0.5.17"
-    assert env["tp_size"] == args.tp_size and env["attention_backend"] == args.attention_backend
-    assert env["blas library"] == "cublas" and env["blas CUBLAS_WORKSPACE_CONFIG"] is None
-    json.dumps(env)  # a record stores it as JSON
-    assert "sglang" in tiers.versions()
-
-
-def test_a_record_verified_through_one_blas_setup_is_not_served_through_another(make_args):
-    """cuBLAS and cuBLASLt give a GEMM row other bits at other sizes (docs/results/gemm_tiers.md)."""
-    import torch
-
-    def env(**blas):
-        return tiers.environment({}, "torch.bfloat16", make_args(), gpu="g", cuda="13.0", installed={},
-                                 blas=blas)
-
-    cublas = env(**tiers.blas_setup({}))
-    workspace = env(**tiers.blas_setup({"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}))
-    assert tiers.mismatches(cublas, workspace) == [
-        "blas CUBLAS_WORKSPACE_CONFIG: verified with None, this server has ':4096:8'"]
-    before = torch.backends.cuda.preferred_blas_library()
-    try:  # what TORCH_BLAS_PREFER_CUBLASLT=1 sets
-        torch.backends.cuda.preferred_blas_library("cublaslt")
-        assert tiers.mismatches(cublas, env(**tiers.blas_setup({}))) == [
-            "blas library: verified with 'cublas', this server has 'cublaslt'"]
-    finally:
-        torch.backends.cuda.preferred_blas_library(before)
-
-
-def test_mismatches_name_each_differing_field():
-    assert tiers.mismatches(ENV, dict(ENV)) == []
-    lines = tiers.mismatches(ENV, {**ENV, "gpu": "NVIDIA H100", "version torch": "2.11.0"})
-    assert lines == [
-        "gpu: verified with 'NVIDIA H200', this server has 'NVIDIA H100'",
-        "version torch: verified with None, this server has '2.11.0'",
-    ]
-
-
-def test_the_environment_travels_through_the_server_log():
-    log = "INFO x\n[2026-11-30 TP0] " + tiers.environment_line(ENV) + "\n[TP1] " + tiers.environment_line({"a": 1})
-    assert tiers.environment_from_log(log) == ENV
-    with pytest.raises(tiers.TiersError, match="--corun-decode-tier-candidates"):
-        tiers.environment_from_log("INFO nothing here")
