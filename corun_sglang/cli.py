@@ -188,8 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser(
         "doctor",
-        help="check SGLang, FlashInfer, patches, hooks, GPU and the --corun configuration "
-        "(exit 1 unless ready)",
+        help="run the --corun startup check (SGLang, FlashInfer, patches, hooks, the SGLang/FlashInfer names "
+        "the adapters rely on), then check the GPU and the --corun configuration (exit 1 unless ready)",
     )
     d.add_argument("--model-path", help="also resolve the full --corun configuration for this model")
     d.add_argument("--allow-no-gpu", action="store_true",

@@ -1,18 +1,17 @@
 """``corun-sglang doctor``: is this environment ready to serve ``--corun``?
 
-Each check reports ok / missing with a detail line. The environment is ready
-when every required check passes; the GPU check alone may be waived
-(``--allow-no-gpu``) to validate an install on a machine without one, such as
-an image build or CI.
+Each check reports ok / missing with a detail line. The install checks are the
+parts of ``startup.parts()``, the very check ``--corun`` runs at startup, so
+doctor never calls ready what ``--corun`` refuses; doctor adds the GPU and the
+resolved configuration. The environment is ready when every required check
+passes; the GPU check alone may be waived (``--allow-no-gpu``) to validate an
+install on a machine without one, such as an image build or CI.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 from typing import Callable
-
-from corun_sglang import SGLANG_VERSION
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,13 +22,6 @@ class Check:
     gpu: bool = False  # waivable with --allow-no-gpu
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _guard(name: str, fn: Callable[[], Check]) -> Check:
     try:
         return fn()
@@ -37,38 +29,15 @@ def _guard(name: str, fn: Callable[[], Check]) -> Check:
         return Check(name, False, f"{type(exc).__name__}: {exc}")
 
 
-def _sglang() -> Check:
-    found = _version("sglang")
-    return Check("sglang", found == SGLANG_VERSION,
-                 f"{found} (needs {SGLANG_VERSION})" if found != SGLANG_VERSION else found)
-
-
-def _flashinfer() -> Check:
-    found = _version("flashinfer-python") or _version("flashinfer")
-    return Check("flashinfer", found is not None, found or "not installed (pip install flashinfer-python)")
-
-
-def _patches() -> Check:
-    from corun_sglang import patches
-
-    rows = patches.check(patches.sglang_root())
-    bad = [p.name for p, state in rows if state is not patches.Status.APPLIED]
-    detail = ", ".join(f"{p.name}: {s.value}" for p, s in rows)
-    return Check("patches", not bad, detail + ("" if not bad else "; run `corun-sglang apply-patches`"))
-
-
-def _hooks() -> Check:
+def _startup() -> list[Check]:
+    """``startup.parts()``, the check ``--corun`` runs, one line a part, with SGLang's plugins loaded."""
     from sglang.srt.plugins import load_plugins
 
-    from corun_sglang import hooks, sampler
+    from corun_sglang import startup
 
     load_plugins()
-    problems = hooks.unhooked()
-    if not sampler.registered():
-        problems.append(f"sampling backend '{sampler.BACKEND}' not registered")
-    return Check("hooks", not problems,
-                 f"{len(hooks.HOOKS)} targets hooked, sampler '{sampler.BACKEND}' registered"
-                 if not problems else "; ".join(problems))
+    return [Check(part.name, not part.problems, "; ".join(part.problems) or part.detail)
+            for part in startup.parts()]
 
 
 def _gpu() -> Check:
@@ -97,11 +66,12 @@ def _configuration(model_path: str | None) -> Check:
 
 
 def checks(model_path: str | None = None) -> list[Check]:
+    try:
+        found = _startup()
+    except Exception as exc:  # a broken install must be reported, not crash the report
+        found = [Check("startup", False, f"{type(exc).__name__}: {exc}")]
     return [
-        _guard("sglang", _sglang),
-        _guard("flashinfer", _flashinfer),
-        _guard("patches", _patches),
-        _guard("hooks", _hooks),
+        *found,
         _guard("gpu", _gpu),
         _guard("configuration", lambda: _configuration(model_path)),
     ]

@@ -22,7 +22,7 @@ def found():
 
 
 def test_install_checks_pass(found):
-    for name in ("sglang", "flashinfer", "patches", "hooks", "configuration"):
+    for name in ("sglang", "flashinfer", "patches", "hooks", "bindings", "configuration"):
         assert found[name].ok, found[name]
     assert "0001-" in found["patches"].detail
     assert "cuda_graph_bs_decode=[256]" in found["configuration"].detail
@@ -36,6 +36,23 @@ def test_missing_gpu_is_reported_and_waivable(found):
     assert doctor.ready(checks, allow_no_gpu=True)
     assert "waived" in doctor.render(checks, allow_no_gpu=True)
     assert "MISSING" in doctor.render(checks) and "NOT ready" in doctor.render(checks)
+
+
+def test_doctor_is_not_ready_where_corun_refuses(monkeypatch):
+    """The install checks are the startup check's own parts: a FlashInfer release ``--corun`` refuses
+    makes doctor not ready, with the same problem."""
+    import importlib.metadata
+
+    from corun_sglang import startup
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "0.6.14" if name == "flashinfer-python" else real(name))
+    (refused,) = startup.problems()
+    found = doctor.checks()
+    assert not doctor.ready(found, allow_no_gpu=True)
+    assert [(c.name, c.detail) for c in found if not c.ok and not c.gpu] == [("flashinfer", refused)]
+    assert "NOT ready" in doctor.render(found, allow_no_gpu=True)
 
 
 def test_model_path_resolves_the_full_configuration(tiny_model):
