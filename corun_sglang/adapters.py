@@ -335,7 +335,7 @@ def decode_plan(original, self, *args, **kwargs):
     filled = _fill_surplus(self, wrapper, batch_size, request)
     result = original(*bound.args, **bound.kwargs)
     if not filled:  # the graph's first plan
-        _fill_surplus(self, wrapper, batch_size, request)
+        _fill_surplus(self, wrapper, batch_size, request, planned=True)
     return result
 
 
@@ -343,16 +343,38 @@ def decode_plan(original, self, *args, **kwargs):
 _surplus_request: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _fill_surplus(updater, wrapper, batch_size: int, request: int) -> bool:
+def _fill_surplus(updater, wrapper, batch_size: int, request: int, planned: bool = False) -> bool:
+    """Point the surplus blocks of a CUDA-graph decode wrapper's plan at ``request``; whether they are.
+
+    False, with nothing done, for a wrapper outside a CUDA graph, or one not yet planned. A CUDA-graph
+    wrapper that was ``planned`` and has no plan to fill, or a plan whose surplus ``decode_grid`` cannot
+    fill, raises ``CorunContractError``: its surplus blocks would read outside the batch.
+    """
+    from corun_sglang.bindings import FIX
+
+    if not getattr(wrapper, "is_cuda_graph_enabled", False):
+        return False
     plan = getattr(wrapper, "_plan_info", None)
     buffer = getattr(wrapper, "_pin_memory_int_workspace_buffer", None)
-    if plan is None or buffer is None or not getattr(wrapper, "is_cuda_graph_enabled", False):
-        return False
+    if plan is None or buffer is None:
+        if not planned:
+            return False
+        raise CorunContractError(
+            f"the CUDA-graph decode plan of {type(wrapper).__name__} for {batch_size} requests left no "
+            f"{'_plan_info' if plan is None else '_pin_memory_int_workspace_buffer'}, so its surplus blocks "
+            f"cannot be pointed inside the batch. {FIX}"
+        )
     if _surplus_request.get(wrapper) == request:
         return True
     group = updater.num_qo_heads // updater.num_kv_heads
     if decode_grid.fill(buffer, list(plan), batch_size, group, request) == 0:
-        return False
+        if decode_grid.surplus(list(plan), batch_size, group) is None:
+            raise CorunContractError(
+                f"the CUDA-graph decode plan for {batch_size} requests (query heads per KV head: {group}) "
+                f"is not one whose surplus blocks corun can point inside the batch: plan {list(plan)}, "
+                f"fields {list(decode_grid.PLAN_FIELDS)}. {FIX}"
+            )
+        return True  # the grid holds no surplus block
     _surplus_request[wrapper] = request
     return True
 

@@ -215,6 +215,46 @@ def test_decode_plan_points_a_graph_plans_surplus_blocks_at_the_cheapest_request
     assert copied[-1][4:] == copied[0][4:]
 
 
+@pytest.mark.parametrize("leaves, error", [
+    ({"_plan_info": None}, "left no _plan_info"),
+    ({"_pin_memory_int_workspace_buffer": None}, "left no _pin_memory_int_workspace_buffer"),
+    ({"_plan_info": "split"}, "not one whose surplus blocks"),  # a split-KV plan: its surplus is not fillable
+    ({"_plan_info": "short"}, "not one whose surplus blocks"),  # another plan layout
+])
+def test_a_graph_plan_whose_surplus_cannot_be_filled_stops_the_server(serving, leaves, error):
+    """After its plan, a CUDA-graph decode wrapper without the plan or workspace ``decode_grid`` fills, or
+    with a plan it cannot fill, is an error, never a plan whose surplus blocks read outside the batch."""
+    from sglang.srt.layers.attention.flashinfer_backend import FlashInferIndicesUpdaterDecode
+    from test_decode_grid import _buffer, _plan
+
+    real = FlashInferIndicesUpdaterDecode.call_begin_forward
+    while hasattr(real, "__wrapped__"):
+        real = real.__wrapped__
+    plans = {"split": _plan(split_kv=1), "short": _plan()[:-1]}
+
+    class Wrapper:
+        def __init__(self, cuda_graph):
+            self.is_cuda_graph_enabled = cuda_graph
+
+    class Updater:
+        num_qo_heads, num_kv_heads = 32, 8
+
+    def original(updater, wrapper, *args, **kwargs):
+        wrapper._plan_info, wrapper._pin_memory_int_workspace_buffer = _plan(), _buffer()
+        for name, value in leaves.items():
+            setattr(wrapper, name, plans.get(value, value))
+
+    original.__signature__ = __import__("inspect").signature(real)
+    serving(True)
+    lens = torch.tensor([900, 35, 1, 1])
+    with pytest.raises(adapters.CorunContractError, match=error):
+        adapters.decode_plan(original, Updater(), Wrapper(True), torch.zeros(4), lens, 937, "indptr", "start",
+                             None, lens)
+    # outside a CUDA graph the plan has no surplus blocks to fill
+    adapters.decode_plan(original, Updater(), Wrapper(False), torch.zeros(4), lens, 937, "indptr", "start",
+                         None, lens)
+
+
 def test_batch_seeds_are_per_request_and_derived_when_missing(serving):
     from sglang.srt.managers.schedule_batch import ScheduleBatch
     from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
