@@ -487,3 +487,70 @@ def send_batch_request(original, self, tokenized_objs, *args, **kwargs):
         for obj in tokenized_objs:
             _seed_request(self, obj)
     return original(self, tokenized_objs, *args, **kwargs)
+
+
+# ----------------------------------------------------------------- reservations and metrics
+
+
+def default_max_new_tokens(original, self, req, *args, **kwargs):
+    """A request without ``max_new_tokens`` (a chat completion without ``max_tokens``) gets
+    ``--corun-default-max-new-tokens`` before SGLang caps it to the context and the pool, so the
+    reservation admission makes for it is bounded; unset, it keeps SGLang's own, the rest of the context."""
+    server_args = self.server_args
+    bound = server_args.corun_default_max_new_tokens if _corun(server_args) else None
+    if bound is not None and req.sampling_params.max_new_tokens is None:
+        req.sampling_params.max_new_tokens = bound
+    return original(self, req, *args, **kwargs)
+
+
+def _admitted(scheduler) -> list:
+    """The admitted, unfinished requests of ``scheduler``: running, in the batch it runs, a chunked prompt."""
+    batches = (scheduler.running_batch, getattr(scheduler, "last_batch", None),
+               getattr(scheduler, "cur_batch_for_debug", None))
+    candidates = [r for b in batches if b is not None for r in b.reqs]
+    if getattr(scheduler, "chunked_req", None) is not None:
+        candidates.append(scheduler.chunked_req)
+    seen, admitted = set(), []
+    for req in candidates:
+        if id(req) not in seen and not req.finished():
+            seen.add(id(req))
+            admitted.append(req)
+    return admitted
+
+
+def scheduler_reservations(result, self, *args, **kwargs):
+    """A ``--corun`` scheduler, its KV pool known, logs how many requests without ``max_tokens`` run at once
+    (``reservations.capacity_line``); with ``--enable-metrics`` it registers the ``corun_`` metrics under
+    SGLang's scheduler labels, published whenever SGLang logs its own stats (``publish_reservations``)."""
+    if not _corun(self.server_args):
+        return result
+    from corun_sglang import metrics, reservations
+
+    logger.info(reservations.capacity_line(
+        self.model_config.context_len, self.max_req_len, self.token_to_kv_pool_allocator.size, self.page_size,
+        self.max_running_requests, self.server_args.corun_default_max_new_tokens,
+    ))
+    collector = self.metrics_collector
+    if collector is not None:
+        collector._corun_metrics = metrics.Metrics(collector.labels)
+        collector._corun_scheduler = weakref.ref(self)
+    return result
+
+
+def publish_reservations(result, self, *args, **kwargs):
+    """With SGLang's scheduler stats, the ``corun_`` gauges: reservations of the admitted and waiting requests
+    and the KV pool of the scheduler this collector serves (``reservations.snapshot``)."""
+    ref = self.__dict__.get("_corun_scheduler")
+    scheduler = None if ref is None else ref()
+    if scheduler is None:
+        return result
+    from corun_sglang import reservations
+
+    page, pool = scheduler.page_size, scheduler.token_to_kv_pool_allocator
+    self._corun_metrics.publish(reservations.snapshot(
+        [_reserved(r, page) for r in _admitted(scheduler)],
+        [_reserved(r, page) for r in scheduler.waiting_queue],
+        pool.size, pool.available_size(),
+    ))
+    return result
+

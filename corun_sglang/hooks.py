@@ -150,6 +150,22 @@ HOOKS: tuple[Hook, ...] = (
         HookType.AROUND,
         "corun_sglang.adapters:send_batch_request",
     ),
+    # reservations made visible (--corun-default-max-new-tokens, corun_ metrics)
+    Hook(
+        "sglang.srt.managers.scheduler.Scheduler.init_req_max_new_tokens",
+        HookType.AROUND,
+        "corun_sglang.adapters:default_max_new_tokens",
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler.Scheduler.init_metrics_reporter",
+        HookType.AFTER,
+        "corun_sglang.adapters:scheduler_reservations",
+    ),
+    Hook(
+        "sglang.srt.observability.metrics_collector.SchedulerMetricsCollector.log_stats",
+        HookType.AFTER,
+        "corun_sglang.adapters:publish_reservations",
+    ),
 )
 
 #: Seeded random-normal weights drawn in place by SGLang's dummy loader (tests and

@@ -93,6 +93,14 @@ class CorunServerArgs(SGLangServerArgs):
         "'skip' where SGLang resolves the MoE runner to auto or triton (its Triton kernels) and "
         "--quantization is unset, else 'compute'.",
     ] = "auto"
+    corun_default_max_new_tokens: A[
+        Optional[int],
+        "With --corun: the max_new_tokens of a request that sets none (a chat completion without "
+        "max_tokens). Full-sequence admission reserves KV for prompt + max_new_tokens, and SGLang gives "
+        "such a request the rest of the context, so few of them run at once (the scheduler logs how "
+        "many at startup). A bound runs more at once and ends longer outputs at the bound (the tokens "
+        "before it are unchanged). Unset: SGLang's own, the rest of the context.",
+    ] = None
 
     def __post_init__(self):
         if not self.corun and self.corun_moe_padding != "auto":
@@ -110,6 +118,9 @@ class CorunServerArgs(SGLangServerArgs):
                 ["--corun-decode-tiers / --corun-decode-tier-candidates: decode tiers are part of --corun. "
                  "Fix: add --corun, or drop them"]
             )
+        problems = self._default_max_new_tokens_problems()
+        if problems:
+            raise config.CorunConfigError(problems)
         if not self.corun:
             if self.corun_ablation is not None:
                 for name, value in config.ablation_defaults(self.corun_ablation).items():
@@ -132,6 +143,19 @@ class CorunServerArgs(SGLangServerArgs):
         super().__post_init__()
         self._corun_config = config.resolve(self, self.get_attention_backends(), *(self._pack_graphs() or ()))
         logger.info(self._corun_config.summary())
+
+    def _default_max_new_tokens_problems(self) -> list[str]:
+        """What keeps ``--corun-default-max-new-tokens`` from being served: it is part of ``--corun``, at least 1."""
+        bound = self.corun_default_max_new_tokens
+        if bound is None:
+            return []
+        if not self.corun:
+            return ["--corun-default-max-new-tokens: part of --corun. Fix: add --corun, or drop "
+                    "--corun-default-max-new-tokens"]
+        if bound < 1:
+            return [f"--corun-default-max-new-tokens {bound}: a number of new tokens, 1 or more. Fix: pass 1 "
+                    "or more, or drop it to keep SGLang's default (the rest of the context)"]
+        return []
 
     def _tier_problems(self) -> list[str]:
         """Load ``--corun-decode-tiers`` (or parse the candidates); what keeps them from being served."""

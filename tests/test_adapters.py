@@ -718,3 +718,111 @@ def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate
     assert records.environment_from_log(caplog.text) == {"gpu": "B"}
     assert packing.candidate_from_log(caplog.text) == {"pack": PACK, "shortest": 33, "kernel": "fa2"}
     assert adapters.decode_graph_runner_init("built", graphs, runner()) == "built"  # nothing to verify
+
+
+# ----------------------------------------------------------------- reservations and metrics
+
+
+class _Scheduler(types.SimpleNamespace):
+    """What the reservation and stop adapters read of SGLang's ``Scheduler`` (weak-referable, as it is)."""
+
+
+def _stats_scheduler(adder, waiting, cache, **kwargs):
+    return _Scheduler(
+        running_batch=adder.running_batch, last_batch=None, cur_batch_for_debug=None, chunked_req=None,
+        waiting_queue=[_req(200 + i, p, n, cache) for i, (p, n) in enumerate(waiting)], page_size=1,
+        token_to_kv_pool_allocator=adder.token_to_kv_pool_allocator, **kwargs)
+
+
+def _private_metrics():
+    from prometheus_client import CollectorRegistry
+
+    from corun_sglang import metrics
+
+    registry = CollectorRegistry()
+    labels = {"model_name": "m", "tp_rank": 0}
+    return metrics.Metrics(labels, registry=registry), lambda name: registry.get_sample_value(
+        name, {"model_name": "m", "tp_rank": "0"})
+
+
+@pytest.mark.parametrize("corun,bound,given,prompt,expected", [
+    (True, 512, None, 100, 512),
+    (True, 512, 64, 100, 64),  # a request's own max_new_tokens is kept
+    (True, 512, None, 3800, 4095 - 3800 - 1),  # SGLang still caps the bound to the context
+    (True, None, None, 100, 4095 - 100 - 1),  # unset: SGLang's own, the rest of the context
+    (False, None, None, 100, 4095 - 100 - 1),
+])
+def test_a_request_without_max_new_tokens_gets_the_default_bound(make_args, corun, bound, given, prompt, expected):
+    from sglang.srt.managers.scheduler import Scheduler
+
+    _, cache = _cache(100)
+    req = _req(1, prompt, given, cache)
+    scheduler = types.SimpleNamespace(max_new_tokens_limit=None, page_size=1, max_req_len=4095,
+                                      max_total_num_tokens=100_000,
+                                      server_args=make_args(corun=corun, corun_default_max_new_tokens=bound))
+    Scheduler.init_req_max_new_tokens(scheduler, req)  # SGLang's, hooked
+    assert req.sampling_params.max_new_tokens == expected
+
+
+def test_reservation_gauges_count_what_admission_refuses_for_kv(serving):
+    """Pool 1000, one running request reserving 300 + 200 + 1 (and one finished, which reserves nothing): a
+    waiting request counts as waiting for KV exactly when SGLang's PrefillAdder, under --corun, refuses it
+    for KV."""
+    import weakref
+
+    from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    serving(True)
+    waiting = [(100, 100), (400, 200), (498, 0), (499, 0)]
+    adder, cache = _adder(1000, [(300, 200), (50, 50)], used=350)
+    adder.running_batch.reqs[1].finished_reason = FINISH_LENGTH(50)
+    scheduler = _stats_scheduler(adder, waiting, cache)
+    counted, value = _private_metrics()
+    collector = types.SimpleNamespace(_corun_metrics=counted, _corun_scheduler=weakref.ref(scheduler))
+    adapters.publish_reservations(None, collector, "SGLang's SchedulerStats")
+    assert (value("corun_kv_reserved_tokens"), value("corun_kv_used_tokens"), value("corun_kv_pool_tokens")) == (
+        501, 350, 1000)
+    refused = 0
+    for p, n in waiting:
+        fresh, fresh_cache = _adder(1000, [(300, 200)])
+        refused += fresh.add_one_req(_req(9, p, n, fresh_cache), False, None) is AddReqResult.NO_TOKEN
+    assert value("corun_requests_waiting_for_kv") == refused == 2
+
+    scheduler.chunked_req = _req(300, 60, 10, cache)  # a prompt between its chunks reserves its sequence too
+    scheduler.cur_batch_for_debug = adder.running_batch  # counted once
+    adapters.publish_reservations(None, collector, "SGLang's SchedulerStats")
+    assert value("corun_kv_reserved_tokens") == 501 + 71 and value("corun_requests_waiting_for_kv") == 3
+
+
+def test_reservation_gauges_are_sglangs_alone_without_corun():
+    collector = types.SimpleNamespace()
+    assert adapters.publish_reservations("logged", collector, "stats") == "logged"
+
+
+@pytest.mark.parametrize("with_metrics", [False, True])
+def test_a_corun_scheduler_logs_its_capacity_and_registers_the_metrics(make_args, monkeypatch, caplog, with_metrics):
+    import functools
+    import logging
+
+    from prometheus_client import CollectorRegistry
+
+    from corun_sglang import metrics
+
+    registry = CollectorRegistry()
+    monkeypatch.setattr(metrics, "Metrics", functools.partial(metrics.Metrics, registry=registry))
+    adder, cache = _adder(104_000, [(100, 512)])
+    collector = types.SimpleNamespace(labels={"model_name": "m"}) if with_metrics else None
+    scheduler = _stats_scheduler(adder, [], cache, server_args=make_args(corun=True), max_req_len=40_959,
+                                 model_config=types.SimpleNamespace(context_len=40_960), max_running_requests=256,
+                                 metrics_collector=collector)
+    with caplog.at_level(logging.INFO, logger=adapters.__name__):
+        assert adapters.scheduler_reservations("reporter", scheduler, 0, 0, None) == "reporter"
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("corun admission")]
+    assert len(lines) == 1 and "2 of N = 256" in lines[0]
+    if with_metrics:
+        adapters.publish_reservations(None, collector, "stats")
+        assert registry.get_sample_value("corun_kv_reserved_tokens", {"model_name": "m"}) == 613
+    else:
+        assert registry.get_sample_value("corun_kv_reserved_tokens", {"model_name": "m"}) is None
+

@@ -301,6 +301,7 @@ def test_without_corun_resolution_is_sglangs_own(sglang_plugins, tiny_model, arg
     assert ours.pop("corun_moe_padding") == "auto"
     assert ours.pop("corun_prefill_pack") is None and ours.pop("corun_prefill_pack_candidate") is None
     assert ours.pop("corun_prefill_pack_wait") == 0
+    assert ours.pop("corun_default_max_new_tokens") is None
     assert ours == theirs
 
 
@@ -316,3 +317,13 @@ def test_ablation_names_are_checked_and_exclusive_with_corun(make_args):
         make_args(corun_ablation="everything")
     with pytest.raises(CorunConfigError, match="only one"):
         make_args(corun=True, corun_ablation="splitkv-off")
+
+
+def test_default_max_new_tokens_is_part_of_corun_and_at_least_one(parse):
+    assert parse("--corun").corun_default_max_new_tokens is None  # SGLang's own: the rest of the context
+    assert parse("--corun", "--corun-default-max-new-tokens", "512").corun_default_max_new_tokens == 512
+    with pytest.raises(config.CorunConfigError, match="--corun-default-max-new-tokens: part of --corun"):
+        parse("--corun-default-max-new-tokens", "512")
+    for value in ("0", "-4"):
+        with pytest.raises(config.CorunConfigError, match=f"--corun-default-max-new-tokens {value}: .*1 or more"):
+            parse("--corun", "--corun-default-max-new-tokens", value)

@@ -1,0 +1,61 @@
+"""``metrics``: the corun_ gauges and counter, as prometheus_client and SGLang's /metrics read them."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from corun_sglang import metrics
+from corun_sglang.reservations import Snapshot
+
+# SGLang's scheduler labels (SchedulerMetricsCollector.init_new), as a collector holds them
+LABELS = {"model_name": "m", "engine_type": "unified", "tp_rank": 0, "pp_rank": 0, "moe_ep_rank": 0}
+SAMPLE_LABELS = {k: str(v) for k, v in LABELS.items()}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _values(registry) -> dict:
+    names = (metrics.RESERVED, metrics.USED, metrics.POOL, metrics.WAITING, metrics.STOPS + "_total")
+    return {name: registry.get_sample_value(name, SAMPLE_LABELS) for name in names}
+
+
+def test_gauges_hold_the_last_snapshot_and_the_counter_counts_stops():
+    registry = CollectorRegistry()
+    m = metrics.Metrics(LABELS, registry=registry)
+    m.publish(Snapshot(reserved_tokens=81_918, used_tokens=1_234, pool_tokens=104_000, waiting_for_kv=254))
+    m.publish(Snapshot(reserved_tokens=40_959, used_tokens=600, pool_tokens=104_000, waiting_for_kv=3))
+    assert _values(registry) == {metrics.RESERVED: 40_959, metrics.USED: 600, metrics.POOL: 104_000,
+                                 metrics.WAITING: 3, "corun_contract_stops_total": 0}
+    m.count_stop()
+    assert _values(registry)["corun_contract_stops_total"] == 1
+
+
+def test_every_name_is_corun_prefixed():
+    assert all(name.startswith("corun_") for name in (metrics.RESERVED, metrics.USED, metrics.POOL, metrics.WAITING,
+                                                      metrics.STOPS))
+
+
+_SCHEDULER = """
+import sys
+from corun_sglang import metrics
+from corun_sglang.reservations import Snapshot
+m = metrics.Metrics({labels!r})
+m.publish(Snapshot(reserved_tokens=81_918, used_tokens=1_234, pool_tokens=104_000, waiting_for_kv=254))
+m.count_stop()
+"""
+
+
+def test_a_scheduler_process_values_reach_sglangs_multiprocess_metrics(tmp_path):
+    """A scheduler process registers in the default registry with PROMETHEUS_MULTIPROC_DIR set, as SGLang's
+    collector does; the server's /metrics collects that folder (``add_prometheus_middleware``)."""
+    from prometheus_client import multiprocess
+
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-c", _SCHEDULER.format(labels=LABELS)], env=env, check=True, timeout=120)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(tmp_path))
+    assert _values(registry) == {metrics.RESERVED: 81_918, metrics.USED: 1_234, metrics.POOL: 104_000,
+                                 metrics.WAITING: 254, "corun_contract_stops_total": 1}
