@@ -489,7 +489,7 @@ def send_batch_request(original, self, tokenized_objs, *args, **kwargs):
     return original(self, tokenized_objs, *args, **kwargs)
 
 
-# ----------------------------------------------------------------- reservations and metrics
+# ----------------------------------------------------------------- reservations, metrics, contract stops
 
 
 def default_max_new_tokens(original, self, req, *args, **kwargs):
@@ -554,3 +554,45 @@ def publish_reservations(result, self, *args, **kwargs):
     ))
     return result
 
+
+def _in_flight(scheduler) -> list:
+    """Every unfinished request ``scheduler`` holds: waiting, admitted."""
+    return [r for r in scheduler.waiting_queue if not r.finished()] + _admitted(scheduler)
+
+
+def event_loop(original, self, *args, **kwargs):
+    """A ``--corun`` scheduler's event loop. A ``CorunContractError`` stops the server: it is counted
+    (``corun_contract_stops_total``), its cause logged on one line (``stops.line``), every request the
+    scheduler holds answered with ``stops.STATUS`` and that cause, and after ``stops.ANSWER_GRACE_S`` the
+    error goes on to SGLang's scheduler-crash path, which stops the server's whole process tree."""
+    if not _corun(self.server_args):
+        return original(self, *args, **kwargs)
+    try:
+        return original(self, *args, **kwargs)
+    except CorunContractError as error:
+        _contract_stop(self, error)
+        raise
+
+
+def _contract_stop(scheduler, error: CorunContractError) -> None:
+    import time
+
+    from sglang.srt.managers.io_struct import AbortReq
+    from sglang.srt.managers.schedule_batch import FINISH_ABORT
+
+    from corun_sglang import stops
+
+    counter = getattr(getattr(scheduler, "metrics_collector", None), "_corun_metrics", None)
+    if counter is not None:
+        counter.count_stop()
+    logger.error(stops.line(error))
+    reason = FINISH_ABORT(stops.client_message(error), stops.STATUS, type(error).__name__).to_json()
+    try:
+        held = _in_flight(scheduler)
+        for req in held:
+            scheduler.ipc_channels.send_to_tokenizer.send_output(AbortReq(finished_reason=reason, rid=req.rid), req)
+    except Exception:  # the stop goes on; its clients then see the connection close
+        logger.exception("corun contract stop: in-flight requests could not all be answered")
+        return
+    if held:
+        time.sleep(stops.ANSWER_GRACE_S)

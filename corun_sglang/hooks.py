@@ -150,7 +150,7 @@ HOOKS: tuple[Hook, ...] = (
         HookType.AROUND,
         "corun_sglang.adapters:send_batch_request",
     ),
-    # reservations made visible (--corun-default-max-new-tokens, corun_ metrics)
+    # reservations made visible (--corun-default-max-new-tokens, corun_ metrics), contract stops
     Hook(
         "sglang.srt.managers.scheduler.Scheduler.init_req_max_new_tokens",
         HookType.AROUND,
@@ -165,6 +165,11 @@ HOOKS: tuple[Hook, ...] = (
         "sglang.srt.observability.metrics_collector.SchedulerMetricsCollector.log_stats",
         HookType.AFTER,
         "corun_sglang.adapters:publish_reservations",
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler.Scheduler.run_event_loop",
+        HookType.AROUND,
+        "corun_sglang.adapters:event_loop",
     ),
 )
 

@@ -720,7 +720,7 @@ def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate
     assert adapters.decode_graph_runner_init("built", graphs, runner()) == "built"  # nothing to verify
 
 
-# ----------------------------------------------------------------- reservations and metrics
+# ----------------------------------------------------------------- reservations, metrics, contract stops
 
 
 class _Scheduler(types.SimpleNamespace):
@@ -826,3 +826,79 @@ def test_a_corun_scheduler_logs_its_capacity_and_registers_the_metrics(make_args
     else:
         assert registry.get_sample_value("corun_kv_reserved_tokens", {"model_name": "m"}) is None
 
+
+class _Tokenizer:
+    """The scheduler's channel to the tokenizer manager: what it was sent."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send_output(self, output, recv_obj=None):
+        self.sent.append(output)
+
+
+def _stopping_scheduler(make_args, corun=True):
+    from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+
+    adder, cache = _adder(10_000, [(100, 10), (100, 10), (100, 10)])
+    adder.running_batch.reqs[2].finished_reason = FINISH_LENGTH(10)  # finished: already answered
+    counted, value = _private_metrics()
+    scheduler = _stats_scheduler(
+        adder, [(50, 10)], cache, server_args=make_args(corun=corun),
+        ipc_channels=types.SimpleNamespace(send_to_tokenizer=_Tokenizer()),
+        metrics_collector=types.SimpleNamespace(_corun_metrics=counted))
+    return scheduler, value
+
+
+def test_a_contract_stop_answers_every_held_request_logs_one_line_and_stops(make_args, monkeypatch, caplog):
+    import asyncio
+    import logging
+    from http import HTTPStatus
+
+    import fastapi
+    from sglang.srt.managers.io_struct import AbortReq
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+    from corun_sglang import stops
+
+    monkeypatch.setattr(stops, "ANSWER_GRACE_S", 0)
+    scheduler, value = _stopping_scheduler(make_args)
+    error = adapters.CorunContractError("decode retraction was about to run\nfor a batch of 2 requests")
+
+    def loop(self):
+        raise error
+
+    with caplog.at_level(logging.INFO), pytest.raises(adapters.CorunContractError) as raised:
+        adapters.event_loop(loop, scheduler)
+    assert raised.value is error  # SGLang's scheduler-crash path gets it and stops the process tree
+    assert [r.getMessage() for r in caplog.records if "corun contract stop" in r.getMessage()] == [
+        "corun contract stop: decode retraction was about to run for a batch of 2 requests"]
+    assert value("corun_contract_stops_total") == 1
+
+    sent = scheduler.ipc_channels.send_to_tokenizer.sent
+    assert all(isinstance(s, AbortReq) for s in sent)
+    assert sorted(s.rid for s in sent) == ["100", "101", "200"]  # waiting and running, not the finished one
+    reason = sent[0].finished_reason
+    assert reason["status_code"] is HTTPStatus.SERVICE_UNAVAILABLE and reason["message"].startswith(stops.line(error))
+
+    # the tokenizer manager turns the answer into an HTTP 503 (non-streaming) or a streamed error chunk
+    manager = types.SimpleNamespace(rid_to_state={}, enable_lora=False)
+    state = types.SimpleNamespace(obj=types.SimpleNamespace(rid="100"))
+    out = {"meta_info": {"finish_reason": reason}}
+    with pytest.raises(fastapi.HTTPException) as http:
+        asyncio.run(TokenizerManager._handle_abort_finish_reason(manager, out, state, False))
+    assert http.value.status_code == 503 and http.value.detail == reason["message"]
+    assert asyncio.run(TokenizerManager._handle_abort_finish_reason(manager, out, state, True)) is out
+
+
+@pytest.mark.parametrize("corun,error", [(False, adapters.CorunContractError("stop")), (True, RuntimeError("crash"))])
+def test_other_scheduler_errors_take_sglangs_path_untouched(make_args, corun, error):
+    scheduler, value = _stopping_scheduler(make_args, corun=corun)
+
+    def loop(self):
+        raise error
+
+    with pytest.raises(type(error)):
+        adapters.event_loop(loop, scheduler)
+    assert scheduler.ipc_channels.send_to_tokenizer.sent == []
+    assert value("corun_contract_stops_total") == 0
