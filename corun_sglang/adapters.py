@@ -14,7 +14,7 @@ import weakref
 
 import torch
 
-from corun_sglang import decode_grid, moe_padding, packing, policy, rng
+from corun_sglang import decode_grid, moe_padding, packing, policy, requests_check, rng
 from corun_sglang.startup import check_startup
 
 logger = logging.getLogger(__name__)
@@ -429,6 +429,10 @@ def fused_moe_filter(original, *args, **kwargs):
 
 
 def _ensure_seed(sampling_params, input_ids, random_seed) -> int:
+    problem = requests_check.seed_problem(sampling_params.sampling_seed)
+    if problem:  # the tokenizer's check refuses such a request; a scheduler never raises on one
+        logger.error("corun: %s; the request is sampled from its derived seed instead", problem)
+        sampling_params.sampling_seed = None
     if sampling_params.sampling_seed is None:
         sampling_params.sampling_seed = rng.request_seed(
             random_seed, input_ids, rng.params_of(sampling_params)
@@ -462,17 +466,24 @@ def _seed_request(manager, tokenized_obj) -> None:
         return
     # Sample i of an n > 1 request: children share one SamplingParams object, so
     # each gets its own copy with the child seed derived from (seed, i).
-    counters = manager.__dict__.setdefault("_corun_children", {})
-    index = counters.get(logical, 0)
-    counters[logical] = index + 1
-    if len(counters) > 65536:
-        counters.pop(next(iter(counters)))
+    index = _sample_index(manager, logical)
     child = copy.copy(sp)
     base = sp.sampling_seed
     if base is None:
         base = rng.request_seed(manager.server_args.random_seed, input_ids, rng.params_of(sp))
     child.sampling_seed = rng.child_seed(base, index)
     tokenized_obj.sampling_params = child
+
+
+def _sample_index(manager, logical: str) -> int:
+    """The position of the next sample child of the logical request ``logical``: 0, 1, ... in the order
+    SGLang sends them (``TokenizerManager._handle_batch_request``). The count lives on the logical
+    request's own state, which SGLang creates for each request and drops once every child is sent, so
+    the same request sent again counts from 0 whatever its rid."""
+    state = manager.rid_to_state[logical]
+    index = state.__dict__.get("_corun_samples_sent", 0)
+    state._corun_samples_sent = index + 1
+    return index
 
 
 def send_one_request(original, self, tokenized_obj, *args, **kwargs):
@@ -596,3 +607,35 @@ def _contract_stop(scheduler, error: CorunContractError) -> None:
         return
     if held:
         time.sleep(stops.ANSWER_GRACE_S)
+
+
+# ----------------------------------------------------------------- request check
+
+
+def _fields(obj) -> dict:
+    import dataclasses
+
+    return {f.name: getattr(obj, f.name, None) for f in dataclasses.fields(obj)}
+
+
+def check_request(original, self, obj, input_ids, *args, **kwargs):
+    """Each generate request (each prompt of a batch, before its n > 1 children exist) is checked against
+    ``requests_check`` before SGLang validates it and before anything reaches the scheduler; a refusal is
+    a ``ValueError``, which SGLang's HTTP server answers with a 400."""
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    if _corun(self.server_args) and isinstance(obj, GenerateReqInput):
+        requests_check.check(
+            _fields(obj), obj.sampling_params, None if input_ids is None else len(input_ids),
+            preferred=getattr(self, "preferred_sampling_params", None),
+        )
+    return original(self, obj, input_ids, *args, **kwargs)
+
+
+def check_n(original, self, *args, **kwargs):
+    """A generate request's ``n`` is an integer of 1 or more before SGLang expands it into children."""
+    if _serving_corun():
+        problem = requests_check.n_problem(self.sampling_params)
+        if problem:
+            raise requests_check.RequestRefused([problem])
+    return original(self, *args, **kwargs)

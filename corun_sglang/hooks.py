@@ -171,6 +171,17 @@ HOOKS: tuple[Hook, ...] = (
         HookType.AROUND,
         "corun_sglang.adapters:event_loop",
     ),
+    # every request checked in the tokenizer process (``requests_check``)
+    Hook(
+        "sglang.srt.managers.io_struct.GenerateReqInput.normalize_batch_and_arguments",
+        HookType.AROUND,
+        "corun_sglang.adapters:check_n",
+    ),
+    Hook(
+        "sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
+        HookType.AROUND,
+        "corun_sglang.adapters:check_request",
+    ),
 )
 
 #: Seeded random-normal weights drawn in place by SGLang's dummy loader (tests and

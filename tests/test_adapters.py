@@ -280,12 +280,13 @@ def _tokenized(rid, sampling_params, input_ids=(5, 6, 7)):
 
 
 def _manager(children=()):
-    """The two TokenizerManager attributes the adapter reads."""
+    """The TokenizerManager attributes the adapter reads."""
     import types
 
     return types.SimpleNamespace(
         server_args=types.SimpleNamespace(corun=True, random_seed=0),
         child_rid_to_logical_rid={c: "parent" for c in children},
+        rid_to_state={"parent": types.SimpleNamespace()},
     )
 
 
@@ -902,3 +903,153 @@ def test_other_scheduler_errors_take_sglangs_path_untouched(make_args, corun, er
         adapters.event_loop(loop, scheduler)
     assert scheduler.ipc_channels.send_to_tokenizer.sent == []
     assert value("corun_contract_stops_total") == 0
+
+
+# ----------------------------------------------------------------- request check (tokenizer process)
+
+
+@pytest.fixture
+def tokenizer_manager(make_args):
+    """SGLang's own ``TokenizerManager`` (hooked), built without its IPC sockets, on a byte-level stand-in
+    tokenizer (prompts are token ids): what it sends to the scheduler is recorded, and each request
+    finishes as soon as it is sent."""
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    def build(corun: bool = True):
+        args = make_args(corun=corun)
+        publish(args, role="tokenizer")
+        tm = TokenizerManager.__new__(TokenizerManager)
+        tm.server_args, tm.elastic_worker_count = args, 1
+        tm.init_running_status()
+        tm.init_request_logging_and_dumping()
+        tm.init_weight_update()
+        tm.enable_trace = tm.allow_auto_truncate = tm.enable_lora = tm.enable_priority_scheduling = False
+        tm.preferred_sampling_params = tm.default_priority_value = tm.mm_processor = None
+        tm.tokenizer = types.SimpleNamespace(encode=lambda text, add_special_tokens=False: list(text.encode()))
+        tm.context_len, tm.num_reserved_tokens, tm.validate_total_tokens, tm.is_generation = 4096, 0, True, True
+        tm.model_config, tm.sampling_params_class = args.get_model_config(), SamplingParams
+        tm.disaggregation_mode = None
+        tm.sent = []
+        tm._dispatch_to_scheduler = tm.sent.append
+        tm.auto_create_handle_loop = lambda: None
+
+        async def finished(obj, request=None):
+            tm._remove_req_state(obj.rid)
+            yield {"meta_info": {"id": obj.rid}}
+
+        tm._wait_one_response = finished
+        return tm
+
+    return build
+
+
+def _generate(tm, obj):
+    import asyncio
+
+    async def run():
+        return [out async for out in tm.generate_request(obj)]
+
+    return asyncio.run(run())
+
+
+def _request_of(case, tm):
+    """A corpus case as the ``GenerateReqInput`` its endpoint hands the tokenizer manager (OpenAI bodies
+    through SGLang's own protocol models and conversions)."""
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+    from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    from corun_sglang import request_corpus
+
+    if case.path == request_corpus.GENERATE:
+        return GenerateReqInput(**case.body)
+    if case.path == request_corpus.COMPLETIONS:
+        serving = OpenAIServingCompletion.__new__(OpenAIServingCompletion)
+        serving.tokenizer_manager = tm
+        serving.template_manager = types.SimpleNamespace(completion_template_name=None)
+        serving.allowed_custom_labels = None
+        return serving._convert_to_internal_request(CompletionRequest(**case.body))[0]
+    request = ChatCompletionRequest(**case.body)  # as serving_chat builds it, the prompt already tokenized
+    return GenerateReqInput(
+        input_ids=list(request_corpus.PROMPT), stream=request.stream, rid=request.rid, return_text_in_logprobs=True,
+        sampling_params=request.to_sampling_params(stop=[], model_generation_config={}),
+        return_logprob=request.logprobs, logprob_start_len=-1, top_logprobs_num=request.top_logprobs or 0,
+    )
+
+
+def _corpus():
+    from corun_sglang import request_corpus
+
+    return [pytest.param(c, id=c.name) for c in request_corpus.CASES]
+
+
+@pytest.mark.parametrize("case", _corpus())
+def test_each_corpus_request_is_served_or_refused_by_name_before_the_scheduler(tokenizer_manager, case):
+    tm = tokenizer_manager()
+    if case.status == 200:
+        _generate(tm, _request_of(case, tm))
+        assert tm.sent
+        return
+    with pytest.raises(ValueError) as err:
+        _generate(tm, _request_of(case, tm))
+    assert all(name in str(err.value) for name in case.names), str(err.value)
+    assert not tm.sent and not tm.rid_to_state  # nothing reached the scheduler, nothing left behind
+
+
+def test_without_corun_the_check_passes_everything_through(tokenizer_manager):
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    tm = tokenizer_manager(corun=False)
+    _generate(tm, GenerateReqInput(input_ids=[5, 6, 7], sampling_params={"frequency_penalty": 0.5, "sampling_seed": 2**70},
+                                   top_logprobs_num=3, return_logprob=True))
+    assert tm.sent[0].sampling_params.frequency_penalty == 0.5 and tm.sent[0].sampling_params.sampling_seed == 2**70
+
+
+def test_the_same_n_request_sent_twice_gets_the_same_child_seeds(tokenizer_manager):
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    from corun_sglang import rng
+
+    tm = tokenizer_manager()
+
+    def child_seeds(rid):
+        tm.sent.clear()
+        body = {"input_ids": [5, 6, 7], "rid": rid, "sampling_params": {"n": 3, "sampling_seed": 7, "max_new_tokens": 4}}
+        _generate(tm, GenerateReqInput(**body))
+        return [o.sampling_params.sampling_seed for o in tm.sent if o.sampling_params.max_new_tokens]
+
+    expected = [rng.child_seed(7, i) for i in range(3)]
+    assert child_seeds("r") == expected
+    assert child_seeds("r") == expected  # the same rid again
+    assert child_seeds("other") == expected
+
+
+def test_a_batch_of_n_requests_seeds_each_prompts_children_by_position(tokenizer_manager):
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    from corun_sglang import rng
+
+    tm = tokenizer_manager()
+    body = {"input_ids": [[5, 6, 7], [8, 9]], "rid": ["a", "b"],
+            "sampling_params": [{"n": 2, "sampling_seed": 1}, {"n": 2, "sampling_seed": 2}]}
+    _generate(tm, GenerateReqInput(**body))
+    seeds = [(o.rid.split("_")[0], o.sampling_params.sampling_seed) for o in tm.sent if o.sampling_params.max_new_tokens]
+    assert seeds == [("a", rng.child_seed(1, 0)), ("a", rng.child_seed(1, 1)),
+                     ("b", rng.child_seed(2, 0)), ("b", rng.child_seed(2, 1))]
+
+
+@pytest.mark.parametrize("seed", ["abc", -1, 2**70, 1.5, True])
+def test_a_scheduler_never_raises_on_a_seed_that_is_not_one(serving, seed):
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+
+    from corun_sglang import rng
+
+    serving(True)
+    _, cache = _cache(1000)
+    bad, twin = _req(1, 10, 4, cache), _req(2, 10, 4, cache)
+    bad.sampling_params.sampling_seed = seed
+    info = SamplingBatchInfo.from_schedule_batch(ScheduleBatch(reqs=[bad, twin], device="cpu"), vocab_size=1024)
+    derived = rng.request_seed(0, list(range(10)), rng.params_of(twin.sampling_params))
+    assert info.sampling_seed.tolist() == [derived, derived]  # sampled from the derived seed instead

@@ -1,0 +1,72 @@
+"""Malformed and refused requests against a live ``--corun`` server while seeded co-runners decode.
+
+Every case of ``request_corpus.CASES`` is sent (native ``/generate`` and the OpenAI endpoints,
+streaming or not, batches and ``n > 1``) while eight seeded co-runners decode. The server must keep
+serving, every refused case must get a 4xx (a streamed ``/generate`` an error event with a 4xx code),
+every served case a 200, and each co-runner's tokens and logprobs must equal its run alone, bit for bit.
+"""
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import harness
+import httpx
+import pytest
+
+from corun_sglang import request_corpus
+
+pytestmark = pytest.mark.e2e
+
+SERVER_ARGS = os.environ.get("CORUN_SERVER_ARGS", "").split()
+MODEL = "synthetic"
+
+
+def _body(case):
+    return case.body if case.path == request_corpus.GENERATE else {"model": MODEL, **case.body}
+
+
+def _status(client, case) -> int:
+    """The status a case got: the HTTP status, or for a streamed ``/generate`` the code of its error event."""
+    if case.path == request_corpus.GENERATE and case.body.get("stream"):
+        with client.stream("POST", case.path, json=_body(case)) as reply:
+            if reply.status_code != 200:
+                return reply.status_code
+            for line in reply.iter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    error = json.loads(line[len("data: "):]).get("error")
+                    if error:
+                        return int(error.get("code", 400))
+            return 200
+    if case.body.get("stream"):
+        with client.stream("POST", case.path, json=_body(case)) as reply:
+            for _ in reply.iter_lines():  # read the whole stream
+                pass
+            return reply.status_code
+    return client.post(case.path, json=_body(case)).status_code
+
+
+def test_malformed_requests_get_4xx_and_change_no_co_runner(launch, checkpoint, record):
+    server = launch(checkpoint, "--corun", "--served-model-name", MODEL, *SERVER_ARGS, name="malformed", text=True)
+    co_runners = [harness.request(p, 256, 0.8, 300 + i) for i, p in enumerate(harness.prompts(8, 64, 512, seed=30))]
+    try:
+        alone = harness.generate(server.url, co_runners, concurrent=False)
+        with ThreadPoolExecutor(len(co_runners) + 1) as pool:
+            busy = pool.submit(harness.generate, server.url, co_runners)
+            with httpx.Client(base_url=server.url, timeout=600) as client:
+                statuses = {case.name: _status(client, case) for case in request_corpus.CASES}
+            together = busy.result()
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            healthy = client.get("/health").status_code
+        after = harness.generate(server.url, co_runners[:2], concurrent=False)
+    finally:
+        server.stop()
+    wrong = {case.name: statuses[case.name] for case in request_corpus.CASES
+             if not (400 <= statuses[case.name] < 500 if case.status == 400 else statuses[case.name] == 200)}
+    divergences = harness.compare(alone, together)
+    record("malformed_on_gpu", {"command": server.command, "statuses": statuses, "wrong": wrong,
+                                "co_runners": harness.summary(divergences)})
+    assert healthy == 200
+    assert after == alone[:2]
+    assert not wrong, wrong
+    assert all(d is None for d in divergences), harness.summary(divergences)

@@ -1,0 +1,229 @@
+"""``requests_check`` against SGLang 0.5.17's own request classes: every parameter classified, every
+refused or malformed value refused with its name, every verified and free value served."""
+
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+from sglang.srt.managers.io_struct import GenerateReqInput
+from sglang.srt.sampling.sampling_params import SamplingParams
+
+from corun_sglang import request_corpus, requests_check
+from corun_sglang.requests_check import FREE, REFUSED, TABLE, VERIFIED, RequestRefused
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "requests.md"
+
+
+def _sampling_names():
+    return list(inspect.signature(SamplingParams).parameters)
+
+
+def test_every_sampling_parameter_of_sglang_is_classified():
+    unclassified = [n for n in _sampling_names() if ("sampling_params", n) not in TABLE]
+    assert not unclassified, f"SamplingParams parameters without a row in requests_check: {unclassified}"
+    stale = [p.name for p in requests_check.PARAMETERS
+             if p.where == "sampling_params" and p.name not in _sampling_names()]
+    assert not stale
+
+
+def test_every_generate_request_field_of_sglang_is_classified():
+    names = [f.name for f in dataclasses.fields(GenerateReqInput)]
+    unclassified = [n for n in names if ("request", n) not in TABLE]
+    assert not unclassified, f"GenerateReqInput fields without a row in requests_check: {unclassified}"
+    assert not [p.name for p in requests_check.PARAMETERS if p.where == "request" and p.name not in names]
+
+
+def test_verified_parameters_are_those_the_suite_ran():
+    verified = {p.name for p in requests_check.PARAMETERS if p.status == VERIFIED}
+    assert verified == {"max_new_tokens", "temperature", "top_p", "top_k", "min_p", "sampling_seed", "ignore_eos",
+                        "n", "return_logprob"}
+    assert all("docs/results/determinism" in TABLE["sampling_params", n].note
+               for n in verified - {"return_logprob"})
+
+
+def test_refused_defaults_are_sglangs():
+    signature = inspect.signature(SamplingParams).parameters
+    for name, default in requests_check.SAMPLING_DEFAULTS.items():
+        assert signature[name].default == default, name
+    assert set(requests_check.SAMPLING_DEFAULTS) == {
+        p.name for p in requests_check.PARAMETERS if p.where == "sampling_params" and p.status == REFUSED}
+
+
+def test_every_refusal_names_its_parameter_why_and_fix():
+    for p in requests_check.PARAMETERS:
+        if p.status == REFUSED:
+            message = p.refusal()
+            assert message.startswith(p.name) and "not verified under --corun (" in message and "Fix: " in message
+            assert p.fix
+
+
+@pytest.mark.parametrize("seed", [-1, 1 << 63, 1 << 70, "abc", "7", 1.5, 7.0, True, False, [1], {"a": 1}])
+def test_seeds_outside_the_range_or_not_ints_are_refused(seed):
+    sp = SamplingParams(max_new_tokens=4, sampling_seed=seed)  # SGLang accepts each of these
+    sp.normalize(None)
+    sp.verify(1024)
+    with pytest.raises(ValueError) as err:
+        requests_check.check({}, {"sampling_seed": seed})
+    assert "sampling_seed (OpenAI seed)" in str(err.value) and "2**63" in str(err.value)
+    assert requests_check.seed_problem(seed)
+
+
+@pytest.mark.parametrize("seed", [None, 0, 1, 12345, (1 << 63) - 1])
+def test_seeds_in_range_pass(seed):
+    requests_check.check({}, {"sampling_seed": seed})
+    assert requests_check.seed_problem(seed) is None
+
+
+@pytest.mark.parametrize("name", sorted(request_corpus.REFUSED_SAMPLING_VALUES))
+def test_each_refused_sampling_parameter_is_refused_after_sglangs_own_normalization(name):
+    value = request_corpus.REFUSED_SAMPLING_VALUES[name]
+    SamplingParams(**{name: value})  # SGLang builds it
+    with pytest.raises(RequestRefused) as err:
+        requests_check.check({}, {name: value})
+    assert str(err.value).startswith(name)
+
+
+@pytest.mark.parametrize("name", sorted(request_corpus.REFUSED_REQUEST_VALUES))
+def test_each_refused_request_field_is_refused(name):
+    fields = {"return_logprob": True, name: request_corpus.REFUSED_REQUEST_VALUES[name]}
+    with pytest.raises(RequestRefused) as err:
+        requests_check.check(fields, {}, prompt_len=8)
+    assert str(err.value).startswith(name)
+
+
+def test_refused_parameters_at_their_default_pass():
+    requests_check.check({"top_logprobs_num": 0, "return_hidden_states": False, "lora_path": None,
+                          "session_params": {}, "logprob_start_len": -1, "return_logprob": True},
+                         {"frequency_penalty": 0, "repetition_penalty": 1.0, "json_schema": "", "logit_bias": {},
+                          "min_new_tokens": 0, "custom_params": None})
+
+
+def test_output_logprobs_only_pass_and_prompt_logprobs_are_refused():
+    requests_check.check({"return_logprob": True, "logprob_start_len": 8}, {}, prompt_len=8)  # same as -1
+    requests_check.check({"return_logprob": False, "logprob_start_len": 0}, {}, prompt_len=8)  # ignored by SGLang
+    with pytest.raises(RequestRefused, match="^logprob_start_len"):
+        requests_check.check({"return_logprob": True, "logprob_start_len": 3}, {}, prompt_len=8)
+
+
+@pytest.mark.parametrize("params,name", [
+    ({"temperature": "0.7"}, "temperature"), ({"temperature": True}, "temperature"), ({"top_p": [1]}, "top_p"),
+    ({"top_k": 2.0}, "top_k"), ({"min_p": "0"}, "min_p"), ({"max_new_tokens": -1}, "max_new_tokens"),
+    ({"max_new_tokens": 4.0}, "max_new_tokens"), ({"ignore_eos": 1}, "ignore_eos"), ({"n": True}, "n"),
+    ({"n": 0}, "n"), ({"stop": 5}, "stop"), ({"stop_token_ids": ["a"]}, "stop_token_ids"),
+    ({"stream_interval": 0}, "stream_interval"), ({"bogus": 1}, "bogus"),
+])
+def test_wrong_types_and_unknown_parameters_are_refused_by_name(params, name):
+    with pytest.raises(RequestRefused) as err:
+        requests_check.check({}, params)
+    assert str(err.value).startswith(name)
+
+
+def test_non_object_sampling_params_are_refused():
+    with pytest.raises(RequestRefused, match="^sampling_params"):
+        requests_check.check({}, "abc")
+
+
+def test_server_preferred_parameters_are_checked_and_named():
+    with pytest.raises(RequestRefused, match="--preferred-sampling-params"):
+        requests_check.check({}, {}, preferred={"frequency_penalty": 0.5})
+    requests_check.check({}, {"frequency_penalty": 0.0}, preferred={"frequency_penalty": 0.5})
+
+
+@pytest.mark.parametrize("n", ["2", None, 2.5, 0, -1, True])
+def test_n_that_sglang_cannot_expand_is_refused(n):
+    assert requests_check.n_problem({"n": n}).startswith("n:")
+    assert requests_check.n_problem([{"n": 1}, {"n": n}]).startswith("n:")
+
+
+def test_served_n_passes():
+    assert requests_check.n_problem({"n": 4}) is None and requests_check.n_problem([{}, {"n": 1}]) is None
+
+
+def test_verified_and_free_values_pass_through_sglangs_own_classes():
+    params = {"max_new_tokens": 8, "temperature": 0.6, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "n": 2,
+              "sampling_seed": 7, "ignore_eos": True, "stop": ["x"], "stop_token_ids": [2], "stop_regex": "y+",
+              "skip_special_tokens": False, "spaces_between_special_tokens": False, "no_stop_trim": True,
+              "stream_interval": 3}
+    sp = SamplingParams(**params)
+    sp.verify(1024)  # normalize() would need a tokenizer for the stop strings
+    obj = GenerateReqInput(input_ids=[1, 2, 3], sampling_params=params, return_logprob=True, stream=True, rid="r")
+    obj.normalize_batch_and_arguments()
+    for i in range(obj.batch_size):
+        sub = obj[i]
+        requests_check.check({f.name: getattr(sub, f.name) for f in dataclasses.fields(sub)}, sub.sampling_params, 3)
+
+
+# ----------------------------------------------------------------- the OpenAI protocol's conversions
+
+
+def _completion_params(**fields):
+    from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
+
+    serving = OpenAIServingCompletion.__new__(OpenAIServingCompletion)
+    return serving._build_sampling_params(CompletionRequest(prompt=[1, 2, 3], **fields))
+
+
+def _chat_params(**fields):
+    return ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], **fields).to_sampling_params(
+        stop=[], model_generation_config={})
+
+
+@pytest.mark.parametrize("convert", [_completion_params, _chat_params], ids=["completions", "chat"])
+@pytest.mark.parametrize("seed", [-1, 1 << 63, 1 << 70])
+def test_openai_seeds_outside_the_range_are_refused_not_folded(convert, seed):
+    with pytest.raises(RequestRefused) as err:
+        requests_check.check({}, convert(seed=seed, max_tokens=4))
+    assert "sampling_seed (OpenAI seed)" in str(err.value)
+
+
+@pytest.mark.parametrize("convert", [_completion_params, _chat_params], ids=["completions", "chat"])
+def test_openai_defaults_pass(convert):
+    requests_check.check({}, convert(seed=5, max_tokens=4, temperature=0.7, n=2))
+
+
+@pytest.mark.parametrize("convert", [_completion_params, _chat_params], ids=["completions", "chat"])
+@pytest.mark.parametrize("fields,names", [
+    ({"frequency_penalty": 0.5}, ["frequency_penalty"]),
+    ({"response_format": {"type": "json_object"}}, ["json_schema", "response_format"]),
+    ({"logit_bias": {"5": 1.0}}, ["logit_bias"]),
+    ({"min_tokens": 2}, ["min_new_tokens", "min_tokens"]),
+    ({"regex": "[a-z]"}, ["regex"]),
+    ({"repetition_penalty": 1.2}, ["repetition_penalty"]),
+])
+def test_openai_refused_parameters_name_both_apis(convert, fields, names):
+    with pytest.raises(RequestRefused) as err:
+        requests_check.check({}, convert(max_tokens=4, **fields))
+    assert all(name in str(err.value) for name in names)
+
+
+def test_openai_logprobs_map_to_top_logprobs_num():
+    with pytest.raises(RequestRefused) as err:
+        requests_check.check({"return_logprob": True, "top_logprobs_num": 3}, {})
+    assert "top_logprobs_num (OpenAI logprobs / top_logprobs)" in str(err.value)
+
+
+# ----------------------------------------------------------------- the corpus and the document
+
+
+def test_the_corpus_is_well_formed_json_cases():
+    import json
+
+    names = [c.name for c in request_corpus.CASES]
+    assert len(names) == len(set(names))
+    for case in request_corpus.CASES:
+        json.dumps(case.body)
+        assert case.status in (200, 400) and (case.status == 200) == (not case.names)
+
+
+def test_the_document_holds_the_generated_table():
+    assert requests_check.markdown_table() in DOC.read_text(), (
+        "docs/requests.md is out of date: paste requests_check.markdown_table() into it")
+
+
+def test_the_table_lists_every_row_once():
+    table = requests_check.markdown_table()
+    for p in requests_check.PARAMETERS:
+        assert table.count(f"| `{p.name}` |") == 1
+    assert {p.status for p in requests_check.PARAMETERS} == {VERIFIED, FREE, REFUSED}
