@@ -73,7 +73,7 @@ def openai_sender(base_url: str, model: str, max_tokens: int, temperature: float
     def send(req: Request) -> Generation:
         out = client.completions.create(
             model=model, prompt=req.prompt, max_tokens=max_tokens, temperature=temperature,
-            seed=req.seed, logprobs=1, extra_body=extra_body or None,
+            seed=req.seed, logprobs=0, extra_body=extra_body or None,
         )
         lp = out.choices[0].logprobs
         if lp is None or lp.token_logprobs is None:

@@ -39,7 +39,7 @@ def _chat(url, text, seed):
 def _unseeded(url, texts):
     def one(text):
         out = _client(url).completions.create(model=MODEL, prompt=text, max_tokens=24,
-                                              temperature=0.8, logprobs=1)
+                                              temperature=0.8, logprobs=0)
         return out.choices[0].logprobs.tokens, out.choices[0].logprobs.token_logprobs
 
     with ThreadPoolExecutor(len(texts)) as pool:
