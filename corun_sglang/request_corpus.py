@@ -53,7 +53,7 @@ REFUSED_SAMPLING_VALUES = {
 
 #: One value per refused request field that differs from SGLang's default.
 REFUSED_REQUEST_VALUES = {
-    "logprob_start_len": 0, "top_logprobs_num": 2, "token_ids_logprob": [11, 12], "return_sampling_mask": True,
+    "top_logprobs_num": 2, "token_ids_logprob": [11, 12], "return_sampling_mask": True,
     "return_flat_raw_top_logprobs": True, "return_flat_raw_top_logprobs_b64": True, "return_entropy": True,
     "return_hidden_states": True, "return_routed_experts": True, "routed_experts_start_len": 1,
     "return_indexer_topk": True, "lora_path": "adapter", "lora_id": "adapter", "custom_logit_processor": "{}",
@@ -102,12 +102,13 @@ def _cases() -> tuple[Case, ...]:
         _gen("ignore-eos-string", {"ignore_eos": "yes"}, names=["ignore_eos"]),
         _gen("stop-number", {"stop": 5}, names=["stop"]),
         _gen("unknown-param", {"bogus": 1}, names=["bogus"]),
-        _gen("prompt-logprobs", None, names=["logprob_start_len"], return_logprob=True, logprob_start_len=0),
+        _gen("prompt-logprobs", None, 200, return_logprob=True, logprob_start_len=0),
+        _gen("prompt-logprobs-string", None, names=["logprob_start_len"], return_logprob=True, logprob_start_len="0"),
         _gen("penalty-n2", {"presence_penalty": 0.5, "n": 2}, names=["presence_penalty"]),
         *[_gen(f"refused-{name}", {name: value}, names=[name]) for name, value in REFUSED_SAMPLING_VALUES.items()],
         # SGLang's own LoRA check answers lora_path first (LoRA is refused at startup under --corun)
         *[_gen(f"refused-{name}", None, names=["LoRA" if name == "lora_path" else name], **{name: value})
-          for name, value in REFUSED_REQUEST_VALUES.items() if name not in ("logprob_start_len", "input_embeds")],
+          for name, value in REFUSED_REQUEST_VALUES.items() if name != "input_embeds"],
         _gen("refused-input_embeds", None, names=["input_embeds"], input_ids=None, input_embeds=[[0.0, 1.0]]),
         # OpenAI completions
         _cmp("ok", 200, seed=5, temperature=0.7, logprobs=0),
@@ -117,7 +118,7 @@ def _cases() -> tuple[Case, ...]:
         _cmp("seed-2-70", names=["seed", "sampling_seed"], seed=1 << 70),
         _cmp("seed-stream", names=["seed", "sampling_seed"], seed=1 << 63, stream=True),
         _cmp("top-logprobs", names=["logprobs", "top_logprobs_num"], logprobs=2),
-        _cmp("echo-logprobs", names=["logprob_start_len"], echo=True, logprobs=1),
+        _cmp("echo-logprobs", 200, echo=True, logprobs=0),
         _cmp("penalty", names=["frequency_penalty"], frequency_penalty=0.3),
         _cmp("response-format", names=["response_format", "json_schema"], response_format={"type": "json_object"}),
         _cmp("logit-bias", names=["logit_bias"], logit_bias={"11": 2.0}),

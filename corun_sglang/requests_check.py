@@ -125,8 +125,9 @@ PARAMETERS: tuple[Param, ...] = (
     # ------------------------------------------------------------ GenerateReqInput
     _rq("return_logprob", VERIFIED, f"the sampled tokens' logprobs, compared as bits in every scenario ({_SUITE})",
         openai="logprobs", accepts=Optional[StrictBool]),
-    _rq("logprob_start_len", REFUSED, "prompt logprobs run a prefill logprob path the suite did not run",
-        "leave it at -1 (output logprobs only), or set return_logprob false", openai="echo with logprobs",
+    _rq("logprob_start_len", VERIFIED, "prompt logprobs: a prompt's prefill runs alone (isolated prefill) or "
+        "at the pack's fixed shape, and verify-prefill-pack compares every needle's prompt logprobs as bits, "
+        "alone and packed (docs/results/prefill_pack.md)", openai="echo with logprobs",
         accepts=Optional[StrictInt]),
     _rq("top_logprobs_num", REFUSED, "top-k logprobs were not compared among co-runners",
         "leave it at 0 (OpenAI: logprobs 0 for completions, top_logprobs 0 or unset for chat)",
@@ -296,11 +297,6 @@ def _request_problems(request: Mapping[str, Any], prompt_len: int | None) -> lis
     for name, value in request.items():
         param = TABLE.get(("request", name))
         if param is None:  # a field this table does not know: not a numerics option of SGLang 0.5.17
-            continue
-        if name == "logprob_start_len":
-            output_only = value is None or value == -1 or (prompt_len is not None and value == prompt_len)
-            if request.get("return_logprob") and not output_only:
-                found.append(param.refusal())
             continue
         if param.status == REFUSED:
             if not is_default(value, REQUEST_DEFAULTS.get(name)):

@@ -38,9 +38,9 @@ def test_every_generate_request_field_of_sglang_is_classified():
 def test_verified_parameters_are_those_the_suite_ran():
     verified = {p.name for p in requests_check.PARAMETERS if p.status == VERIFIED}
     assert verified == {"max_new_tokens", "temperature", "top_p", "top_k", "min_p", "sampling_seed", "ignore_eos",
-                        "n", "return_logprob"}
+                        "n", "return_logprob", "logprob_start_len"}
     assert all("docs/results/determinism" in TABLE["sampling_params", n].note
-               for n in verified - {"return_logprob"})
+               for n in verified - {"return_logprob", "logprob_start_len"})
 
 
 def test_refused_defaults_are_sglangs():
@@ -100,11 +100,11 @@ def test_refused_parameters_at_their_default_pass():
                           "min_new_tokens": 0, "custom_params": None})
 
 
-def test_output_logprobs_only_pass_and_prompt_logprobs_are_refused():
-    requests_check.check({"return_logprob": True, "logprob_start_len": 8}, {}, prompt_len=8)  # same as -1
-    requests_check.check({"return_logprob": False, "logprob_start_len": 0}, {}, prompt_len=8)  # ignored by SGLang
+def test_prompt_logprobs_pass_and_a_start_of_another_type_is_refused():
+    requests_check.check({"return_logprob": True, "logprob_start_len": 8}, {}, prompt_len=8)
+    requests_check.check({"return_logprob": True, "logprob_start_len": 0}, {}, prompt_len=8)  # verify-prefill-pack's
     with pytest.raises(RequestRefused, match="^logprob_start_len"):
-        requests_check.check({"return_logprob": True, "logprob_start_len": 3}, {}, prompt_len=8)
+        requests_check.check({"return_logprob": True, "logprob_start_len": "3"}, {}, prompt_len=8)
 
 
 @pytest.mark.parametrize("params,name", [
