@@ -21,7 +21,7 @@ def add_options(parser: argparse.ArgumentParser, out: str, server_args: str) -> 
 
 def prepare(args: argparse.Namespace) -> Path:
     """Create the output and log folders; return the model folder, made if absent."""
-    from corun_sglang import synthetic
+    from corun_sglang.tools import synthetic
 
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.logs).mkdir(parents=True, exist_ok=True)

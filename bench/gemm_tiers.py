@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
-from corun_sglang import synthetic  # noqa: E402
+from corun_sglang.tools import synthetic  # noqa: E402
 
 #: SGLang's default decode CUDA graph sizes up to 256.
 DEFAULT_SIZES = [1, 2, 4, 8, 12, 16] + list(range(24, 257, 8))

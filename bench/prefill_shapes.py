@@ -163,7 +163,7 @@ def main(argv=None) -> int:
                         help="extra server options for one arm (repeatable), as in bench/run.py")
     args = parser.parse_args(argv)
 
-    from corun_sglang.launch import Server
+    from corun_sglang.tools.launch import Server
 
     arms = run.arms_of(parser, args.arms)
     extra = run.arm_args(args.arm_args, arms)

@@ -259,7 +259,7 @@ def main(argv=None) -> int:
                         help="tensor-parallel size; rows of TP > 1 are labelled SHAPE-tpN")
     args = parser.parse_args(argv)
 
-    from corun_sglang.launch import Server
+    from corun_sglang.tools.launch import Server
 
     out = Path(args.out)
     label = args.shape if args.tp_size == 1 else f"{args.shape}-tp{args.tp_size}"

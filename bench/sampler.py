@@ -95,7 +95,7 @@ def main(argv=None) -> int:
 
     import tempfile
 
-    from corun_sglang import synthetic
+    from corun_sglang.tools import synthetic
 
     # SGLang's filtered-sampling path reads the published server arguments.
     config_dir = tempfile.mkdtemp()

@@ -190,7 +190,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from corun_sglang import tiers
-    from corun_sglang.launch import Server
+    from corun_sglang.tools.launch import Server
 
     arms = run.arms_of(parser, args.arms)
     extra = run.arm_args(args.arm_args, arms)

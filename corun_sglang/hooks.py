@@ -12,6 +12,7 @@ Each adapter is a pass-through unless the server runs with ``--corun``.
 from __future__ import annotations
 
 import dataclasses
+import os
 import pkgutil
 
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
@@ -185,14 +186,25 @@ HOOKS: tuple[Hook, ...] = (
 )
 
 #: Seeded random-normal weights drawn in place by SGLang's dummy loader (tests and
-#: benchmarks; a pass-through unless ``synthetic.SEED_ENV`` is set). Outside the
-#: ``--corun`` contract, so ``unhooked()`` does not check it; ``launch.Server``
-#: checks that a server started with that variable logged its draw.
+#: benchmarks). Registered only in a process whose environment sets
+#: ``tools.synthetic.SEED_ENV`` (``selected``): a production server registers no
+#: testing hook. Outside the ``--corun`` contract, so ``unhooked()`` does not check
+#: it; ``tools.launch.Server`` checks that a server started with that variable
+#: logged its draw.
 SYNTHETIC = Hook(
     "sglang.srt.model_loader.loader.DummyModelLoader.load_model",
     HookType.AFTER,
-    "corun_sglang.synthetic:fill_dummy_model",
+    "corun_sglang.tools.synthetic:fill_dummy_model",
 )
+
+
+def selected(environ=None) -> tuple[Hook, ...]:
+    """The hooks a process registers: ``HOOKS``, and ``SYNTHETIC`` only where ``environ`` (default: this
+    process's) sets the synthetic-weights seed."""
+    from corun_sglang.tools.synthetic import SEED_ENV
+
+    environ = os.environ if environ is None else environ
+    return HOOKS + ((SYNTHETIC,) if SEED_ENV in environ else ())
 
 
 def register() -> None:
@@ -208,7 +220,7 @@ def register() -> None:
 
     sampler.register()
     absent = {name[:4] for name in patches.missing()}
-    for hook in HOOKS + (SYNTHETIC,):
+    for hook in selected():
         if hook.patch in absent:
             continue
         adapter = hook.load()

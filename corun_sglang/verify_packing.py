@@ -137,7 +137,7 @@ def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequen
     """Start a candidate server, probe it, write the record to ``out`` and return it; ``PackingError``
     (no record written) when the pack does not verify."""
     from corun_sglang import records
-    from corun_sglang.launch import Server
+    from corun_sglang.tools.launch import Server
 
     vocab = model_vocab(model_path)
     args = ["--corun", "--corun-prefill-pack-candidate", str(pack), *server_args]

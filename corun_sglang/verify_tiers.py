@@ -140,7 +140,7 @@ def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: P
     """Start a candidate server (with ``env`` added to its environment), probe it, write the record to
     ``out``; returns it."""
     from corun_sglang import records, tiers
-    from corun_sglang.launch import Server
+    from corun_sglang.tools.launch import Server
 
     args = ["--corun", "--max-running-requests", str(n),
             "--corun-decode-tier-candidates", ",".join(map(str, candidates)), *server_args]

@@ -531,7 +531,7 @@ def test_common_options_and_prepare_reuse_an_existing_checkpoint(tmp_path):
 
 
 class _StandIn:
-    """Stands in for ``corun_sglang.launch.Server``: a local streaming endpoint appending to its log, as
+    """Stands in for ``corun_sglang.tools.launch.Server``: a local streaming endpoint appending to its log, as
     the server does; records its lifetime."""
 
     alive: list = []
@@ -560,9 +560,9 @@ class _StandIn:
 
 @pytest.mark.parametrize("one_at_a_time", [False, True])
 def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_time):
-    import corun_sglang.launch
+    import corun_sglang.tools.launch
 
-    monkeypatch.setattr(corun_sglang.launch, "Server", _StandIn)
+    monkeypatch.setattr(corun_sglang.tools.launch, "Server", _StandIn)
     monkeypatch.setattr(_StandIn, "one_at_a_time", one_at_a_time, raising=False)
     monkeypatch.setattr(_StandIn, "alive", [])
     monkeypatch.setattr(_StandIn, "started", [])
@@ -632,9 +632,9 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
 def stand_in(tmp_path, monkeypatch):
     """``run.py`` against ``_StandIn`` servers on an empty checkpoint, workloads of (8, 3) requests:
     the results file and the options every such run shares."""
-    import corun_sglang.launch
+    import corun_sglang.tools.launch
 
-    monkeypatch.setattr(corun_sglang.launch, "Server", _StandIn)
+    monkeypatch.setattr(corun_sglang.tools.launch, "Server", _StandIn)
     monkeypatch.setattr(_StandIn, "one_at_a_time", False, raising=False)
     for name in ("alive", "started", "instances"):
         monkeypatch.setattr(_StandIn, name, [])

@@ -13,7 +13,14 @@ def test_every_target_is_hooked_after_sglang_loads_plugins(sglang_plugins):
         assert hook.target in HookRegistry._patched
 
 
-def test_synthetic_weight_hook_is_applied_too(sglang_plugins):
+def test_the_synthetic_weight_hook_is_registered_only_where_its_seed_is_set(sglang_plugins, monkeypatch):
+    from corun_sglang.tools.synthetic import SEED_ENV
+
+    assert hooks.SYNTHETIC not in hooks.selected({})  # a production server: no testing hook
+    assert hooks.selected({SEED_ENV: "0"}) == hooks.HOOKS + (hooks.SYNTHETIC,)
+    monkeypatch.setenv(SEED_ENV, "0")
+    hooks.register()
+    HookRegistry.apply_hooks()
     assert hooks.unhooked((hooks.SYNTHETIC,)) == []
 
 

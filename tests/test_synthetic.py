@@ -5,7 +5,7 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from corun_sglang import synthetic
+from corun_sglang.tools import synthetic
 
 
 @pytest.fixture(scope="module")

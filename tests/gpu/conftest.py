@@ -2,10 +2,10 @@
 
 Environment:
 - ``CORUN_CHECKPOINT``: a model folder, used as it is when it holds a config
-  (default: one made here with ``corun_sglang.synthetic``, shape ``CORUN_SHAPE``,
+  (default: one made here with ``corun_sglang.tools.synthetic``, shape ``CORUN_SHAPE``,
   default qwen3-small);
 - ``CORUN_WEIGHTS``: how such a synthetic folder gets its weights: ``in-place``
-  (default: config only, the server draws them, see ``corun_sglang.launch``)
+  (default: config only, the server draws them, see ``corun_sglang.tools.launch``)
   or ``files`` (a full safetensors checkpoint);
 - ``CORUN_RESULTS``: a folder where tests write their measurements as JSON;
 - ``CORUN_STATIC_GB``: static GPU memory (GiB) of every server a test starts without
@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory):
-    from corun_sglang import synthetic
+    from corun_sglang.tools import synthetic
 
     given = os.environ.get("CORUN_CHECKPOINT")
     shape = os.environ.get("CORUN_SHAPE", "qwen3-small")
@@ -63,12 +63,12 @@ def launch(tmp_path_factory):
     """Start servers on demand; all are stopped at the end of the session."""
     started = []
 
-    from corun_sglang.launch import Server
+    from corun_sglang.tools.launch import Server
 
     def start(model_path: str, *args: str, name: str = "server", text: bool = False,
               static_gb: float | None = None) -> Server:
         """``text``: serve text endpoints with the checkpoint's tokenizer (else token ids only);
-        ``static_gb``: static GPU memory for this server (see ``corun_sglang.launch``)."""
+        ``static_gb``: static GPU memory for this server (see ``corun_sglang.tools.launch``)."""
         folder = Path(os.environ.get("CORUN_RESULTS") or tmp_path_factory.mktemp("logs"))
         folder.mkdir(parents=True, exist_ok=True)
         if static_gb is None and os.environ.get("CORUN_STATIC_GB"):

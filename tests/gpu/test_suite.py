@@ -21,7 +21,7 @@ CUDA graphs as ``--corun`` serves them; every
 server also gets ``--chunked-prefill-size 2048``, which scenario f needs
 prompts three times longer than, and ``--tp-size $CORUN_SUITE_TP``, default 1),
 ``CORUN_WEIGHTS`` (``in-place``, the default, or ``files``; see
-``corun_sglang.synthetic``). Each scenario appends one JSON line per arm to
+``corun_sglang.tools.synthetic``). Each scenario appends one JSON line per arm to
 ``$CORUN_RESULTS/suite.jsonl``; ``scripts/determinism_report.py`` turns them
 into ``docs/results/determinism.md``.
 """
@@ -64,7 +64,7 @@ COMPARED = ("corun", "corun-moe-compute")  # scenario j: the same bits, padding 
 @pytest.fixture(scope="module", params=SHAPES)
 def arms(request, launch, tmp_path_factory):
     """(shape, {arm: server}): the selected arms' servers, started one after another, side by side."""
-    from corun_sglang import synthetic
+    from corun_sglang.tools import synthetic
 
     shape = request.param
     unknown = set(SELECTED) - set(ARMS)

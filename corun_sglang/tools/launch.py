@@ -49,7 +49,7 @@ def weightless(model_path: str) -> bool:
 
 def expects_synthetic_draw(command: list[str], environ) -> bool:
     """Whether a server started with ``command`` in ``environ`` must log a synthetic-weight draw."""
-    from corun_sglang.synthetic import SEED_ENV
+    from corun_sglang.tools.synthetic import SEED_ENV
 
     dummy = any(a == "--load-format=dummy" or (a == "--load-format" and b == "dummy")
                 for a, b in zip(command, command[1:] + [""]))
@@ -100,7 +100,7 @@ class Server:
                  env: Mapping[str, str] | None = None):
         import httpx
 
-        from corun_sglang.synthetic import SEED_ENV
+        from corun_sglang.tools.synthetic import SEED_ENV
 
         if static_gb is not None and "--mem-fraction-static" not in args:
             free = settled_free_gpu_gb(static_gb / STATIC_SHARE)
@@ -137,7 +137,7 @@ class Server:
 
     def _check_synthetic_weights(self) -> None:
         """With ``--load-format dummy`` and the synthetic seed set, the draw must have happened."""
-        from corun_sglang.synthetic import DRAW_LOG, SEED_ENV
+        from corun_sglang.tools.synthetic import DRAW_LOG, SEED_ENV
 
         if expects_synthetic_draw(self.command, self.env) and DRAW_LOG not in self.log_text():
             self.stop()

@@ -21,7 +21,7 @@ the files would give; the values differ from the files' (the draw order does).
 This is how a Qwen3-30B-A3B-shape model fits a host whose disk could not hold
 its 61 GB of files.
 
-Usage (on the GPU host): ``python -m corun_sglang.synthetic DEST --shape qwen3-8b [--config-only]``.
+Usage (on the GPU host): ``python -m corun_sglang.tools.synthetic DEST --shape qwen3-8b [--config-only]``.
 """
 
 from __future__ import annotations
