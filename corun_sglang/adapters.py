@@ -2,7 +2,7 @@
 
 Every adapter here is named in ``hooks.HOOKS`` and is a pass-through when the
 server runs without ``--corun``. Decisions live in ``policy`` (scheduling) and
-``rng`` (seeds and sampling); adapters only read SGLang state and act.
+``seeds``; adapters only read SGLang state and act.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import weakref
 
 import torch
 
-from corun_sglang import decode_grid, moe_padding, packing, policy, requests_check, rng
+from corun_sglang import decode_grid, moe_padding, packing, policy, requests_check, rng, seeds
 from corun_sglang.startup import check_startup
 
 logger = logging.getLogger(__name__)
@@ -434,22 +434,22 @@ def _ensure_seed(sampling_params, input_ids, random_seed) -> int:
         logger.error("corun: %s; the request is sampled from its derived seed instead", problem)
         sampling_params.sampling_seed = None
     if sampling_params.sampling_seed is None:
-        sampling_params.sampling_seed = rng.request_seed(
-            random_seed, input_ids, rng.params_of(sampling_params)
+        sampling_params.sampling_seed = seeds.request_seed(
+            random_seed, input_ids, seeds.params_of(sampling_params)
         )
     return sampling_params.sampling_seed
 
 
 def batch_seeds(original, self, batch, vocab_size):
-    """Every row of a ``--corun`` batch carries its request's seed (``rng.request_seed`` if none was given)."""
+    """Every row of a ``--corun`` batch carries its request's seed (``seeds.request_seed`` if none was given)."""
     result = original(self, batch, vocab_size)
     server_args = _server_args()
     if _corun(server_args):
-        seeds = [
+        values = [
             _ensure_seed(r.sampling_params, r.origin_input_ids, server_args.random_seed)
             for r in batch.reqs
         ]
-        self.sampling_seed = rng.seeds_of(seeds, device=batch.device)
+        self.sampling_seed = rng.seeds_of(values, device=batch.device)
     return result
 
 
@@ -470,8 +470,8 @@ def _seed_request(manager, tokenized_obj) -> None:
     child = copy.copy(sp)
     base = sp.sampling_seed
     if base is None:
-        base = rng.request_seed(manager.server_args.random_seed, input_ids, rng.params_of(sp))
-    child.sampling_seed = rng.child_seed(base, index)
+        base = seeds.request_seed(manager.server_args.random_seed, input_ids, seeds.params_of(sp))
+    child.sampling_seed = seeds.child_seed(base, index)
     tokenized_obj.sampling_params = child
 
 

@@ -29,7 +29,7 @@ from typing_extensions import Annotated
 
 VERIFIED, FREE, REFUSED = "verified", "free", "refused"
 
-#: Seeds are 63-bit: ``0 <= seed < SEED_LIMIT`` (``rng.SEED_MASK`` + 1; they travel as int64).
+#: Seeds are 63-bit: ``0 <= seed < SEED_LIMIT`` (``seeds.SEED_MASK`` + 1; they travel as int64).
 SEED_LIMIT = 1 << 63
 
 _SUITE = "docs/results/determinism.md"

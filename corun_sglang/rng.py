@@ -1,11 +1,6 @@
-"""Request-bound randomness: seeds, and a sampler whose variates depend only on (seed, position, token).
+"""Request-bound sampling: a Triton sampler whose variates depend only on (seed, position, token).
 
 Invariants:
-- ``request_seed`` is a pure function of the server's ``--random-seed``, the
-  prompt token ids and the sampling parameters that shape the distribution;
-  it is stable across processes and restarts (no Python ``hash``).
-- ``child_seed(seed, i)`` gives sample ``i`` of an ``n > 1`` request its own
-  seed; distinct ``i`` give distinct seeds.
 - ``sample`` picks, for each row independently, the token
   ``argmax_j (logits_j / T + G(seed, position, j))`` over the tokens allowed by
   top-k / top-p / min-p, where ``G`` is a Gumbel variate made by Philox from the
@@ -15,52 +10,19 @@ Invariants:
   computed either by exact operations (division, max, sorting, comparison) or
   by row-local kernels, so a row's token does not depend on the other rows,
   their number or their order.
+- ``seeds_of`` carries each row's seed (``corun_sglang.seeds``) as an int64 under ``SEED_MASK``.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import struct
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import torch
 import triton
 import triton.language as tl
 
-#: Seeds are non-negative int64 values (they travel in an int64 tensor).
-SEED_MASK = (1 << 63) - 1
-
-#: Sampling parameters that change a request's distribution, hence its derived seed.
-SEEDED_PARAMS = ("temperature", "top_p", "top_k", "min_p")
-
-
-def _digest(*parts: bytes) -> int:
-    h = hashlib.blake2b(digest_size=8)
-    for part in parts:
-        h.update(struct.pack("<Q", len(part)))
-        h.update(part)
-    return int.from_bytes(h.digest(), "little") & SEED_MASK
-
-
-def request_seed(random_seed: int, input_ids: Sequence[int] | None, params: dict) -> int:
-    """The seed of a request that brought none: derived from the server seed, the prompt and the parameters."""
-    ids = b"".join(struct.pack("<q", int(t)) for t in (input_ids or ()))
-    knobs = ";".join(f"{k}={params.get(k)!r}" for k in SEEDED_PARAMS).encode()
-    return _digest(b"corun-request", struct.pack("<q", int(random_seed)), ids, knobs)
-
-
-def child_seed(seed: int, index: int) -> int:
-    """The seed of sample ``index`` of a request with ``n > 1`` and seed ``seed``."""
-    return _digest(b"corun-child", struct.pack("<qq", int(seed) & SEED_MASK, int(index)))
-
-
-def params_of(sampling_params) -> dict:
-    """The seed-relevant fields of an SGLang ``SamplingParams``."""
-    return {k: getattr(sampling_params, k, None) for k in SEEDED_PARAMS}
-
-
-# --------------------------------------------------------------------------- kernels
+from corun_sglang.seeds import SEED_MASK
 
 _BLOCK = 2048
 

@@ -312,13 +312,13 @@ def test_n_samples_get_distinct_reproducible_seeds(given_seed):
 def test_unseeded_requests_get_the_derived_seed():
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    from corun_sglang import rng
+    from corun_sglang import seeds
 
     sp = SamplingParams(max_new_tokens=8, temperature=0.7)
     sp.normalize(None)
     obj = _tokenized("r", sp)
     adapters.send_one_request(lambda self, o: None, _manager(), obj)
-    assert obj.sampling_params.sampling_seed == rng.request_seed(0, [5, 6, 7], rng.params_of(sp))
+    assert obj.sampling_params.sampling_seed == seeds.request_seed(0, [5, 6, 7], seeds.params_of(sp))
 
 
 @pytest.mark.parametrize(
@@ -1009,7 +1009,7 @@ def test_without_corun_the_check_passes_everything_through(tokenizer_manager):
 def test_the_same_n_request_sent_twice_gets_the_same_child_seeds(tokenizer_manager):
     from sglang.srt.managers.io_struct import GenerateReqInput
 
-    from corun_sglang import rng
+    from corun_sglang.seeds import child_seed
 
     tm = tokenizer_manager()
 
@@ -1019,7 +1019,7 @@ def test_the_same_n_request_sent_twice_gets_the_same_child_seeds(tokenizer_manag
         _generate(tm, GenerateReqInput(**body))
         return [o.sampling_params.sampling_seed for o in tm.sent if o.sampling_params.max_new_tokens]
 
-    expected = [rng.child_seed(7, i) for i in range(3)]
+    expected = [child_seed(7, i) for i in range(3)]
     assert child_seeds("r") == expected
     assert child_seeds("r") == expected  # the same rid again
     assert child_seeds("other") == expected
@@ -1028,15 +1028,15 @@ def test_the_same_n_request_sent_twice_gets_the_same_child_seeds(tokenizer_manag
 def test_a_batch_of_n_requests_seeds_each_prompts_children_by_position(tokenizer_manager):
     from sglang.srt.managers.io_struct import GenerateReqInput
 
-    from corun_sglang import rng
+    from corun_sglang.seeds import child_seed
 
     tm = tokenizer_manager()
     body = {"input_ids": [[5, 6, 7], [8, 9]], "rid": ["a", "b"],
             "sampling_params": [{"n": 2, "sampling_seed": 1}, {"n": 2, "sampling_seed": 2}]}
     _generate(tm, GenerateReqInput(**body))
     seeds = [(o.rid.split("_")[0], o.sampling_params.sampling_seed) for o in tm.sent if o.sampling_params.max_new_tokens]
-    assert seeds == [("a", rng.child_seed(1, 0)), ("a", rng.child_seed(1, 1)),
-                     ("b", rng.child_seed(2, 0)), ("b", rng.child_seed(2, 1))]
+    assert seeds == [("a", child_seed(1, 0)), ("a", child_seed(1, 1)),
+                     ("b", child_seed(2, 0)), ("b", child_seed(2, 1))]
 
 
 @pytest.mark.parametrize("seed", ["abc", -1, 2**70, 1.5, True])
@@ -1044,12 +1044,12 @@ def test_a_scheduler_never_raises_on_a_seed_that_is_not_one(serving, seed):
     from sglang.srt.managers.schedule_batch import ScheduleBatch
     from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 
-    from corun_sglang import rng
+    from corun_sglang import seeds
 
     serving(True)
     _, cache = _cache(1000)
     bad, twin = _req(1, 10, 4, cache), _req(2, 10, 4, cache)
     bad.sampling_params.sampling_seed = seed
     info = SamplingBatchInfo.from_schedule_batch(ScheduleBatch(reqs=[bad, twin], device="cpu"), vocab_size=1024)
-    derived = rng.request_seed(0, list(range(10)), rng.params_of(twin.sampling_params))
+    derived = seeds.request_seed(0, list(range(10)), seeds.params_of(twin.sampling_params))
     assert info.sampling_seed.tolist() == [derived, derived]  # sampled from the derived seed instead
