@@ -193,7 +193,7 @@ def add_pack_options(parser: argparse.ArgumentParser) -> None:
 def pack_record(args, label: str, ckpt, shared: list[str]):
     """The prefill pack record: ``--pack`` where given, else the one of this checkpoint and server options,
     verified once and kept in the logs folder (``PackingError`` where the pack does not verify)."""
-    from corun_sglang import packing, verify_packing
+    from corun_sglang import pack_record as packing, verify_packing
 
     if args.pack:
         return packing.load(Path(args.pack))

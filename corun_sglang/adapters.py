@@ -14,7 +14,7 @@ import weakref
 
 import torch
 
-from corun_sglang import decode_grid, moe_padding, packing, policy, requests_check, rng, seeds
+from corun_sglang import decode_grid, kernel_probe, moe_padding, pack_record, packing, policy, requests_check, rng, seeds
 from corun_sglang.startup import check_startup
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
         logger.warning(records.environment_line(env))
     if config.prefill_pack(server_args) and getattr(server_args, config.PACK_RECORD_ATTR, None) is None:
         cfg = server_args.corun_config
-        logger.warning(packing.candidate_line(cfg.prefill_pack, cfg.prefill_pack_shortest, cfg.prefill_pack_kernel))
+        logger.warning(pack_record.candidate_line(cfg.prefill_pack, cfg.prefill_pack_shortest, cfg.prefill_pack_kernel))
     for record, option, command in served:
         differ = [] if record is None else records.mismatches(record.environment, env)
         if differ:
@@ -268,8 +268,8 @@ def prefill_plan(original, self, *args, **kwargs):
             else:
                 w.begin_forward = fn
     if _server_args().corun_config.prefill_pack_kernel == packing.FA3:
-        ragged = bound.arguments.get("wrapper_ragged")
-        kernel = getattr(ragged, "_backend", None) if bound.arguments.get("use_ragged") else "paged fa2"
+        kernel = kernel_probe.planned(bool(bound.arguments.get("use_ragged")),
+                                      getattr(bound.arguments.get("wrapper_ragged"), "_backend", None))
         if kernel != packing.FA3:
             raise CorunContractError(
                 f"a prefill was planned on FlashInfer's {kernel} kernel, but the prefill pack packs prompts "

@@ -115,8 +115,8 @@ BINDINGS: tuple[Binding, ...] = (
     Parameters("sglang.srt.layers.logits_processor.LogitsProcessor._compute_lm_head", ("hidden_states",),
                "adapters.lm_head_rows"),
     Parameters("flashinfer.utils.determine_attention_backend", ("head_dim_qk", "head_dim_vo"),
-               "packing.prefill_kernel"),
-    Attributes("sglang.srt.utils", ("is_sm100_supported",), "packing.prefill_kernel"),
+               "kernel_probe.prefill_kernel"),
+    Attributes("sglang.srt.utils", ("is_sm100_supported",), "kernel_probe.prefill_kernel"),
     # fixed-shape decode
     Parameters("sglang.srt.model_executor.runner.eager_runner.EagerRunner._execute_decode", ("forward_batch",),
                "adapters.eager_decode"),

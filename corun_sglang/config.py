@@ -147,7 +147,7 @@ def _prefill_graph_unverified(args: Any) -> bool:
 #: The attribute of a server's args that holds its verified decode tiers record (``tiers.Record``).
 TIER_RECORD_ATTR = "_corun_tier_record"
 
-#: The attribute of a server's args that holds its verified prefill pack record (``packing.Record``).
+#: The attribute of a server's args that holds its verified prefill pack record (``pack_record.Record``).
 PACK_RECORD_ATTR = "_corun_pack_record"
 
 

@@ -15,26 +15,20 @@ Invariants:
 - a prefill's LM head (the logits of its sampled and logprob positions) runs on ``head_rows``, at least
   ``pack`` rows, padded;
 - a packable prompt's attention runs on the same query tile alone and packed: on FlashInfer's FA3
-  kernel (``prefill_kernel``) every tile has a fixed row count, so any prompt packs (``shortest`` 1);
+  kernel (``corun_sglang.kernel_probe``) every tile has a fixed row count, so any prompt packs (``shortest`` 1);
   on another, ``shortest`` keeps a packed batch's mean packed query length (prompt tokens times the
   GQA group) above ``QUERY_TILE_ROWS``, where FA2's plan picks its widest query tile;
 - with ``--corun-prefill-pack-wait W``, a pack that full-sequence admission would cut short (``cut_short``)
   waits up to W decode steps for finishing requests to free KV: which prompts share a prefill changes,
   never the shape any of them runs at;
-- a server packs only with a ``Record`` that ``corun-sglang verify-prefill-pack`` wrote in an
-  environment equal to its own (``corun_sglang.records.environment``), or, unverified and making no
-  determinism promise, for that verification (``--corun-prefill-pack-candidate``);
-- a record file is read only through ``RecordFile``, a strict schema (``records.read``).
+- a server packs only with a record (``corun_sglang.pack_record``) that ``corun-sglang verify-prefill-pack``
+  wrote in an environment equal to its own (``corun_sglang.records.environment``), or, unverified and
+  making no determinism promise, for that verification (``--corun-prefill-pack-candidate``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from pathlib import Path
-from typing import Annotated, Any, Iterable, Mapping
-
-import pydantic
+from typing import Iterable
 
 from corun_sglang import policy, records
 
@@ -64,30 +58,6 @@ def shortest(num_attention_heads: int, num_key_value_heads: int, kernel: str = F
         return 1
     group = max(1, num_attention_heads // max(1, num_key_value_heads))
     return QUERY_TILE_ROWS // group + 1
-
-
-def ragged_kernel(fa3_here: bool, paged: bool, sm100: bool) -> str:
-    """The kernel of a fresh prompt's prefill attention under SGLang's FlashInfer backend: its ragged wrapper,
-    whose ``auto`` backend FlashInfer resolves to ``FA3`` where ``fa3_here`` (FlashInfer's
-    ``determine_attention_backend`` for this GPU, dtype and head dim), unless SGLang takes the paged (FA2)
-    wrapper instead (``paged``: ``SGLANG_FLASHINFER_USE_PAGED``, a multimodal model, multi-item scoring) or
-    gives the ragged one CUTLASS (``sm100``); ``FA2`` stands for every kernel but ``FA3``."""
-    return FA3 if fa3_here and not paged and not sm100 else FA2
-
-
-def prefill_kernel(head_dim: int, dtype: Any, paged: bool) -> str:
-    """``ragged_kernel`` on this machine: ``FA2`` where no CUDA device answers. A ``--corun`` server checks
-    what its prefill plans resolve to (``adapters.prefill_plan``), so a wrong guess stops it."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return FA2
-    from flashinfer.utils import determine_attention_backend
-    from sglang.srt.utils import is_sm100_supported
-
-    fa3_here = determine_attention_backend(torch.device("cuda"), 0, False, False, dtype, dtype,
-                                           head_dim_qk=head_dim, head_dim_vo=head_dim) == FA3
-    return ragged_kernel(fa3_here, paged, is_sm100_supported())
 
 
 def packable(prompt_len: int, prefix_len: int, pack: int, least: int) -> bool:
@@ -159,23 +129,6 @@ def head_rows(rows: int, pack: int) -> int:
     return max(rows, pack)
 
 
-#: The log line a pack candidate server writes for ``verify-prefill-pack``: what it packs, on which kernel.
-CANDIDATE_LOG = "corun prefill pack candidate: "
-
-
-def candidate_line(pack: int, least: int, kernel: str) -> str:
-    return CANDIDATE_LOG + json.dumps({"pack": pack, "shortest": least, "kernel": kernel}, sort_keys=True)
-
-
-def candidate_from_log(text: str) -> dict[str, Any]:
-    """What a candidate server logged it packs (``candidate_line``); ``PackingError`` if it logged nothing."""
-    found = records.logged(text, CANDIDATE_LOG)
-    if found is None:
-        raise PackingError("the server logged no prefill pack candidate: was it started with --corun and "
-                           "--corun-prefill-pack-candidate?")
-    return found
-
-
 def pack_problems(pack: int, chunked_prefill_size: int | None) -> list[str]:
     """What keeps ``pack`` from being served with this chunk size (empty: nothing)."""
     out = []
@@ -185,65 +138,3 @@ def pack_problems(pack: int, chunked_prefill_size: int | None) -> list[str]:
         out.append(f"a pack of {pack} tokens exceeds --chunked-prefill-size {chunked_prefill_size}, "
                    "so a packable prompt could be chunked")
     return out
-
-
-@dataclasses.dataclass(frozen=True)
-class Record:
-    """A ``verify-prefill-pack`` result: ``pack`` and ``shortest`` verified in ``environment``.
-
-    ``needles`` maps each needle's prompt length to the packings it was checked in; every one gave
-    the needle the bits it has alone.
-    """
-
-    pack: int
-    shortest: int
-    environment: Mapping[str, Any]
-    needles: Mapping[int, int] = dataclasses.field(default_factory=dict)
-    source: str = ""
-
-    def to_json(self) -> dict:
-        """The record file's content; ``PackingError`` where ``load`` would refuse it."""
-        data = {"pack": self.pack, "shortest": self.shortest, "environment": dict(self.environment),
-                "needles": dict(sorted(self.needles.items()))}
-        try:
-            return RecordFile.model_validate(data).model_dump(mode="json")
-        except pydantic.ValidationError as exc:
-            raise PackingError(f"a prefill pack record that would not load ({records.refusals(exc)})") from None
-
-
-class RecordFile(pydantic.BaseModel):
-    """A prefill pack record file: ``pack`` (``MIN_PACK`` tokens or more) and ``shortest`` (1 to ``pack``); the
-    environment they were verified in; ``needles``, each needle's prompt length (1 to ``pack``) with the
-    packings it was checked in (one or more)."""
-
-    model_config = records.STRICT
-
-    pack: Annotated[int, pydantic.Field(ge=MIN_PACK, le=records.MAX_SIZE)]
-    shortest: records.Size
-    environment: records.Environment
-    needles: dict[records.Size, pydantic.PositiveInt] = {}
-
-    @pydantic.field_validator("shortest")
-    @classmethod
-    def _shortest_fits(cls, shortest: int, info: pydantic.ValidationInfo) -> int:
-        pack = info.data.get("pack")
-        if pack is not None and shortest > pack:
-            raise ValueError(f"the shortest packable prompt must fit the pack of {pack} tokens")
-        return shortest
-
-    @pydantic.field_validator("needles")
-    @classmethod
-    def _needles_fit(cls, needles: dict[int, int], info: pydantic.ValidationInfo) -> dict[int, int]:
-        pack = info.data.get("pack")
-        if pack is not None and any(n > pack for n in needles):
-            raise ValueError(f"every needle must fit the pack of {pack} tokens")
-        return needles
-
-
-def load(path: str | Path) -> Record:
-    """The record in ``path`` (``RecordFile``); ``PackingError`` naming the file, each refused field, the cause
-    and the fix."""
-    fix = "write it with `corun-sglang verify-prefill-pack` on this machine, or drop --corun-prefill-pack"
-    found = records.read(path, RecordFile, "--corun-prefill-pack", "prefill pack record", fix, PackingError)
-    return Record(pack=found.pack, shortest=found.shortest, environment=dict(found.environment),
-                  needles=dict(found.needles), source=str(path))

@@ -25,7 +25,7 @@ from typing import Literal, Optional
 from sglang.srt.arg_groups.arg_utils import A
 from sglang.srt.server_args import ServerArgs as SGLangServerArgs
 
-from corun_sglang import config, options, packing, tiers
+from corun_sglang import config, kernel_probe, options, pack_record, packing, tiers
 from corun_sglang.startup import problems as startup_problems
 
 logger = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class CorunServerArgs(SGLangServerArgs):
                        "a pack waits only with --corun-prefill-pack. Fix: add --corun-prefill-pack, or drop it")]
         try:
             if self.corun_prefill_pack:
-                record = packing.load(self.corun_prefill_pack)
+                record = pack_record.load(self.corun_prefill_pack)
                 found = packing.pack_problems(record.pack, self.chunked_prefill_size)
                 if found:
                     return [f"--corun-prefill-pack {self.corun_prefill_pack}: {p}. Fix: run "
@@ -221,7 +221,7 @@ class CorunServerArgs(SGLangServerArgs):
         from sglang.srt.environ import envs
 
         paged = envs.SGLANG_FLASHINFER_USE_PAGED.get() or model.is_multimodal or bool(self.enable_mis)
-        kernel = packing.prefill_kernel(model.head_dim, model.dtype, paged)
+        kernel = kernel_probe.prefill_kernel(model.head_dim, model.dtype, paged)
         least = packing.shortest(model.num_attention_heads, model.num_key_value_heads, kernel)
         record = getattr(self, config.PACK_RECORD_ATTR, None)
         if record is not None and record.shortest < least:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from corun_sglang import packing
+from corun_sglang import pack_record as packing
 from corun_sglang.compare import Generation, first_divergence
 from corun_sglang.verify_tiers import model_vocab, prompt_ids
 

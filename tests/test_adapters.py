@@ -639,7 +639,7 @@ def test_prefill_plans_run_without_split_kv_under_a_pack(packing_args):
 def test_a_pack_set_for_fa3_stops_at_a_prefill_planned_on_another_kernel(packing_args, monkeypatch):
     from sglang.srt.layers.attention.flashinfer_backend import FlashInferIndicesUpdaterPrefill
 
-    from corun_sglang import packing
+    from corun_sglang import kernel_probe, packing
 
     real = FlashInferIndicesUpdaterPrefill.call_begin_forward
     while hasattr(real, "__wrapped__"):
@@ -658,7 +658,7 @@ def test_a_pack_set_for_fa3_stops_at_a_prefill_planned_on_another_kernel(packing
 
     packing_args()
     plan("fa2")  # the FA2 rule holds on any kernel
-    monkeypatch.setattr(packing, "prefill_kernel", lambda head_dim, dtype, paged: packing.FA3)
+    monkeypatch.setattr(kernel_probe, "prefill_kernel", lambda head_dim, dtype, paged: packing.FA3)
     packing_args()
     plan("fa3")
     with pytest.raises(adapters.CorunContractError, match="planned on FlashInfer's fa2 kernel.*from 1 tokens"):
@@ -699,10 +699,10 @@ def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate
         make_args, tmp_path, monkeypatch, caplog):
     import json
 
-    from corun_sglang import packing, records
+    from corun_sglang import pack_record, records
 
     path = tmp_path / "pack.json"
-    path.write_text(json.dumps(packing.Record(pack=PACK, shortest=33, environment={"gpu": "A"}).to_json()))
+    path.write_text(json.dumps(pack_record.Record(pack=PACK, shortest=33, environment={"gpu": "A"}).to_json()))
     monkeypatch.setattr(adapters, "_tier_environment", lambda model_runner: {"gpu": "B"})
     graphs = types.SimpleNamespace(capture_bs=[256])
 
@@ -717,7 +717,7 @@ def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate
     with caplog.at_level("WARNING"):
         assert adapters.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack_candidate=PACK)) == "built"
     assert records.environment_from_log(caplog.text) == {"gpu": "B"}
-    assert packing.candidate_from_log(caplog.text) == {"pack": PACK, "shortest": 33, "kernel": "fa2"}
+    assert pack_record.candidate_from_log(caplog.text) == {"pack": PACK, "shortest": 33, "kernel": "fa2"}
     assert adapters.decode_graph_runner_init("built", graphs, runner()) == "built"  # nothing to verify
 
 

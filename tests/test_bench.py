@@ -887,7 +887,7 @@ def test_the_records_a_slice_names_load_and_share_one_environment():
     pack record made in one environment: the server refuses either unless it matches the host."""
     import re
 
-    from corun_sglang import packing, tiers
+    from corun_sglang import pack_record, tiers
 
     root = Path(__file__).resolve().parents[1]
     text = (root / "bench" / "slices.sh").read_text()
@@ -898,7 +898,7 @@ def test_the_records_a_slice_names_load_and_share_one_environment():
         if "tiers" in found:
             records["tiers"] = tiers.load(root / found["tiers"])
         if "pack" in found:
-            records["pack"] = packing.load(root / found["pack"])
+            records["pack"] = pack_record.load(root / found["pack"])
             assert records["pack"].needles and all(n > 0 for n in records["pack"].needles.values())
         for record in records.values():
             assert record.environment["gpu"] == "NVIDIA H200" and record.environment["tp_size"] == 1

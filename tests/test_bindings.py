@@ -34,7 +34,7 @@ def test_installed_sglang_and_flashinfer_have_every_name(sglang_plugins):
 def test_every_adapter_binding_names_a_target_and_a_user():
     for binding in bindings.BINDINGS:
         assert binding.names and "." in binding.target and binding.user.split(".")[0] in (
-            "adapters", "sampler", "hooks", "packing")
+            "adapters", "sampler", "hooks", "kernel_probe")
 
 
 @pytest.mark.parametrize("binding, says", [

@@ -1,7 +1,4 @@
-"""``packing``: which prompts share a prefill, at which token count, and the record that allows it."""
-
-import json
-from pathlib import Path
+"""``packing``: which prompts share a prefill, and at which token count."""
 
 import pytest
 
@@ -13,28 +10,6 @@ def test_the_shortest_packable_prompt_keeps_flashinfers_widest_query_tile(heads,
     group = heads // kv_heads
     assert packing.shortest(heads, kv_heads) == least
     assert least * group > packing.QUERY_TILE_ROWS >= (least - 1) * group
-
-
-def test_on_fa3_every_prompt_packs_and_only_sglangs_ragged_fa3_path_is_fa3():
-    assert packing.shortest(32, 8, packing.FA3) == 1 and packing.shortest(32, 8, packing.FA2) == 17
-    assert packing.ragged_kernel(fa3_here=True, paged=False, sm100=False) == packing.FA3
-    for paged, sm100, here in [(True, False, True), (False, True, True), (False, False, False)]:
-        assert packing.ragged_kernel(fa3_here=here, paged=paged, sm100=sm100) == packing.FA2
-
-
-def test_the_paged_path_and_a_machine_without_cuda_get_the_fa2_rule():
-    import torch
-
-    assert packing.prefill_kernel(128, torch.bfloat16, paged=True) == packing.FA2
-    if not torch.cuda.is_available():
-        assert packing.prefill_kernel(128, torch.bfloat16, paged=False) == packing.FA2
-
-
-def test_a_candidate_server_logs_what_it_packs_for_the_verifier():
-    text = "noise\n[2026-12-03] WARNING " + packing.candidate_line(1024, 1, packing.FA3) + "\nmore"
-    assert packing.candidate_from_log(text) == {"pack": 1024, "shortest": 1, "kernel": "fa3"}
-    with pytest.raises(packing.PackingError, match="--corun-prefill-pack-candidate"):
-        packing.candidate_from_log("no such line")
 
 
 def test_packable_prompts_are_fresh_and_between_the_shortest_and_the_pack():
@@ -101,53 +76,3 @@ def test_pack_sizes_that_cannot_be_served():
     assert packing.pack_problems(1024, None) == []
     assert "below 128" in packing.pack_problems(64, 8192)[0]
     assert "exceeds --chunked-prefill-size 512" in packing.pack_problems(1024, 512)[0]
-
-
-def test_a_record_round_trips_and_a_bad_one_names_the_fix(tmp_path):
-    record = packing.Record(pack=1024, shortest=17, environment={"gpu": "NVIDIA H200"}, needles={1007: 3, 17: 4})
-    path = tmp_path / "pack.json"
-    path.write_text(json.dumps(record.to_json()))
-    assert packing.load(path) == packing.Record(1024, 17, {"gpu": "NVIDIA H200"}, {17: 4, 1007: 3}, str(path))
-    assert packing.load(path).to_json() == record.to_json()
-    with pytest.raises(packing.PackingError, match="cannot read it.*verify-prefill-pack"):
-        packing.load(tmp_path / "missing.json")
-    path.write_text('{"pack": 1024}')
-    with pytest.raises(packing.PackingError, match="not a prefill pack record"):
-        packing.load(path)
-
-
-def test_a_record_that_would_not_load_is_not_written():
-    with pytest.raises(packing.PackingError, match="pack 64: input should be greater than or equal to 128"):
-        packing.Record(pack=64, shortest=17, environment={}).to_json()
-
-
-GOOD = {"pack": 1024, "shortest": 17, "environment": {"gpu": "NVIDIA H200", "tp_size": 1}, "needles": {"17": 4}}
-
-
-@pytest.mark.parametrize("change, refused", [
-    ({"pack": "1024"}, 'pack "1024": input should be a valid integer'),
-    ({"pack": 1024.0}, "pack 1024.0: input should be a valid integer"),
-    ({"pack": False}, "pack false: input should be a valid integer"),
-    ({"pack": 64}, "pack 64: input should be greater than or equal to 128"),
-    ({"pack": 1 << 20}, "pack 1048576: input should be less than or equal to 65536"),
-    ({"shortest": 0}, "shortest 0: input should be greater than or equal to 1"),
-    ({"shortest": 2048}, "shortest 2048: the shortest packable prompt must fit the pack of 1024 tokens"),
-    ({"needles": {"17": 0}}, "needles.17 0: input should be greater than 0"),
-    ({"needles": {"2000": 4}}, 'needles {"2000": 4}: every needle must fit the pack of 1024 tokens'),
-    ({"needles": [17, 4]}, "needles [17, 4]: input should be an object"),
-    ({"environment": {"gpu": ["H200"]}}, 'environment.gpu ["H200"]: an environment field holds'),
-    ({"kernel": "fa2"}, "kernel: not a field of this record"),
-])
-def test_a_record_with_a_wrong_field_is_refused_naming_the_file_and_the_field(tmp_path, change, refused):
-    path = tmp_path / "pack.json"
-    path.write_text(json.dumps({**GOOD, **change}))
-    with pytest.raises(packing.PackingError) as caught:
-        packing.load(path)
-    assert str(caught.value).startswith(f"--corun-prefill-pack {path}: not a prefill pack record (")
-    assert refused in str(caught.value) and str(caught.value).endswith(
-        "Fix: write it with `corun-sglang verify-prefill-pack` on this machine, or drop --corun-prefill-pack")
-
-
-def test_the_committed_records_still_load():
-    found = list(Path(__file__).parents[1].glob("docs/results/pack/pack-*.json"))
-    assert found and all(packing.load(p).pack >= packing.MIN_PACK for p in found)

@@ -101,7 +101,7 @@ def test_tier_candidates_are_captured_unverified(parse):
 
 
 def _pack_record(tmp_path, pack=1024, shortest=33):
-    from corun_sglang.packing import Record
+    from corun_sglang.pack_record import Record
 
     path = tmp_path / "pack.json"
     path.write_text(json.dumps(Record(pack=pack, shortest=shortest, environment={"gpu": "NVIDIA H200"}).to_json()))
@@ -149,11 +149,11 @@ def test_prefill_pack_refusals(parse, argv, match):
 
 
 def test_a_record_serves_from_its_own_shortest_prompt_never_below_the_kernels(parse, tmp_path, monkeypatch):
-    from corun_sglang import packing
+    from corun_sglang import kernel_probe, packing
 
     assert parse("--corun", "--corun-prefill-pack", _pack_record(tmp_path, shortest=64)).corun_config \
         .prefill_pack_shortest == 64
-    monkeypatch.setattr(packing, "prefill_kernel", lambda head_dim, dtype, paged: packing.FA3)
+    monkeypatch.setattr(kernel_probe, "prefill_kernel", lambda head_dim, dtype, paged: packing.FA3)
     fa3 = parse("--corun", "--corun-prefill-pack-candidate", "1024").corun_config
     assert (fa3.prefill_pack_shortest, fa3.prefill_pack_kernel) == (1, "fa3")
     assert "prompts of 1-1024 tokens at 1024 tokens, on FlashInfer's FA3 prefill only (UNVERIFIED" in fa3.summary()
