@@ -67,36 +67,27 @@ def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
     server_args = model_runner.server_args
     if not _corun(server_args):
         return result
-    from corun_sglang import config, records
+    from corun_sglang import records
 
-    expected = config.decode_sizes(server_args)
-    if list(self.capture_bs) != expected:
+    cfg = server_args.corun_config
+    if list(self.capture_bs) != cfg.decode_sizes:
         raise CorunContractError(
-            f"decode CUDA graphs resolved to batch sizes {list(self.capture_bs)}, not {expected}: "
+            f"decode CUDA graphs resolved to batch sizes {list(self.capture_bs)}, not {cfg.decode_sizes}: "
             f"the request pool holds {model_runner.req_to_token_pool.size} requests. "
             f"Fix: lower --max-running-requests to at most that, or give the KV cache "
             f"more memory (--mem-fraction-static)"
         )
-    served = [(config.decode_tiers(server_args), getattr(server_args, config.TIER_RECORD_ATTR, None),
-               "--corun-decode-tiers", "verify-tiers"),
-              (config.prefill_pack(server_args), getattr(server_args, config.PACK_RECORD_ATTR, None),
-               "--corun-prefill-pack", "verify-prefill-pack")]
-    served = [(record, option, command) for wanted, record, option, command in served if wanted]
+    served = cfg.served_records()
     if not served:
         return result
     env = _tier_environment(model_runner)
-    if any(record is None for record, _, _ in served):  # unverified candidates: tell the verifier where they ran
+    if any(item.record is None for item in served):  # unverified candidates: tell the verifier where they ran
         logger.warning(records.environment_line(env))
-    if config.prefill_pack(server_args) and getattr(server_args, config.PACK_RECORD_ATTR, None) is None:
-        cfg = server_args.corun_config
+    if cfg.prefill_pack is not None and cfg.pack_record is None:
         logger.warning(pack_record.candidate_line(cfg.prefill_pack, cfg.prefill_pack_shortest, cfg.prefill_pack_kernel))
-    for record, option, command in served:
-        differ = [] if record is None else records.mismatches(record.environment, env)
-        if differ:
-            raise CorunContractError(
-                f"{option} {record.source} was verified in another environment (" + "; ".join(differ)
-                + f"). Fix: run `corun-sglang {command}` here, or drop {option}"
-            )
+    problem = records.foreign(served, env)
+    if problem:
+        raise CorunContractError(problem)
     return result
 
 

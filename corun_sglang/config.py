@@ -13,6 +13,7 @@ Invariants of a configuration that ``resolve()`` accepts:
   is off (a cache hit would change the prefill shape of a request);
 - a prefill batch holds one request, or, with a prefill pack (``corun_sglang.packing``), packable
   prompts only, on SGLang's breakable prefill graph, which captures no token count below the pack;
+  without a pack, prefill runs eagerly or on the breakable graph (``PREFILL_GRAPH_BACKENDS``);
 - prefill and decode attention run on FlashInfer;
 - sampling runs on the ``corun`` backend (request-bound random draws);
 - SGLang's batch-invariant ops (``--enable-deterministic-inference``) stay off;
@@ -21,8 +22,10 @@ Invariants of a configuration that ``resolve()`` accepts:
   (``corun_sglang.moe_padding``);
 - no feature that splits, reshapes or redistributes a batch (speculative
   decoding, DP attention, PD disaggregation, pipeline parallelism, two-batch
-  overlap); TP only at the verified sizes, every all-reduce on NCCL's tree
-  (no custom or FlashInfer-fused all-reduce);
+  overlap); TP 1 or 2 (``TP_SIZES_VERIFIED``), with TP 2 every all-reduce on
+  NCCL's tree (``NCCL_ENV``; no custom or FlashInfer-fused all-reduce);
+- the decode tiers and the prefill pack it serves are a verified record's (``CorunConfig.tier_record``,
+  ``CorunConfig.pack_record``), or unverified candidates that make no determinism promise;
 - every other SGLang option is free, at a verified value, or at SGLang's
   default (``corun_sglang.options``).
 """
@@ -144,10 +147,12 @@ def _prefill_graph_unverified(args: Any) -> bool:
     return backend is not None and backend not in PREFILL_GRAPH_BACKENDS
 
 
-#: The attribute of a server's args that holds its verified decode tiers record (``tiers.Record``).
+#: The attribute of a server's args that holds its verified decode tiers record (``tiers.Record``) from
+#: loading it to ``resolve()``, which puts it into ``CorunConfig.tier_record``; ``server_args`` alone
+#: sets it and drops it once resolved.
 TIER_RECORD_ATTR = "_corun_tier_record"
 
-#: The attribute of a server's args that holds its verified prefill pack record (``pack_record.Record``).
+#: As ``TIER_RECORD_ATTR``, for the verified prefill pack record (``pack_record.Record``).
 PACK_RECORD_ATTR = "_corun_pack_record"
 
 
@@ -456,7 +461,10 @@ def defaults(args: Any) -> dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class CorunConfig:
-    """The resolved shape configuration of a ``--corun`` server."""
+    """The resolved shape configuration of a ``--corun`` server, with the records it serves.
+
+    ``decode_tiers_verified`` is ``tier_record is not None`` and ``prefill_pack_verified`` is
+    ``pack_record is not None``; it pickles, with its records, to every scheduler process."""
 
     decode_batch_size: int
     decode_tiers: tuple[int, ...]
@@ -474,6 +482,32 @@ class CorunConfig:
     prefill_pack_kernel: str | None = None
     prefill_pack_verified: bool = False
     prefill_pack_wait: int = 0
+    tier_record: Any = None  # tiers.Record
+    pack_record: Any = None  # pack_record.Record
+
+    @property
+    def decode_sizes(self) -> list[int]:
+        """Every decode graph size the server captures: its tiers, then N."""
+        from corun_sglang.tiers import capture_sizes
+
+        return capture_sizes(self.decode_tiers, self.decode_batch_size)
+
+    @property
+    def packing(self) -> tuple[int, int] | None:
+        """The prefill pack and its shortest packable prompt, or None (isolated prefill)."""
+        return None if self.prefill_pack is None else (self.prefill_pack, self.prefill_pack_shortest)
+
+    def served_records(self) -> list:
+        """What a record verifies that this server serves (``records.Served``): its decode tiers and its
+        prefill pack, each with its record, or None for unverified candidates."""
+        from corun_sglang.records import Served
+
+        served = []
+        if self.decode_tiers:
+            served.append(Served(self.tier_record, "--corun-decode-tiers", "verify-tiers"))
+        if self.prefill_pack is not None:
+            served.append(Served(self.pack_record, "--corun-prefill-pack", "verify-prefill-pack"))
+        return served
 
     def _prefill(self) -> str:
         if self.prefill_pack is None:
@@ -600,4 +634,6 @@ def resolve(args: Any, attention_backends: tuple[str, str], shortest: int | None
         prefill_pack_kernel=prefill_kernel,
         prefill_pack_verified=getattr(args, PACK_RECORD_ATTR, None) is not None,
         prefill_pack_wait=getattr(args, "corun_prefill_pack_wait", 0) or 0,
+        tier_record=getattr(args, TIER_RECORD_ATTR, None),
+        pack_record=getattr(args, PACK_RECORD_ATTR, None),
     )

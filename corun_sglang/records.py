@@ -15,6 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -237,3 +238,24 @@ def environment_from_log(text: str) -> dict[str, Any]:
         raise RecordError("the server logged no environment: was it started with --corun and "
                           "--corun-decode-tier-candidates or --corun-prefill-pack-candidate?")
     return env
+
+
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """What a server serves that a record verifies: its ``record`` (None: unverified candidates, for
+    ``corun-sglang <command>``), given with ``option``."""
+
+    record: Any
+    option: str
+    command: str
+
+
+def foreign(served: Iterable[Served], env: Mapping[str, Any]) -> str | None:
+    """Why a server in ``env`` cannot serve ``served``: the first record verified in another environment,
+    each differing field (``mismatches``) and the fix; None when every record holds here."""
+    for item in served:
+        differ = [] if item.record is None else mismatches(item.record.environment, env)
+        if differ:
+            return (f"{item.option} {item.record.source} was verified in another environment ("
+                    + "; ".join(differ) + f"). Fix: run `corun-sglang {item.command}` here, or drop {item.option}")
+    return None

@@ -142,6 +142,8 @@ class CorunServerArgs(SGLangServerArgs):
             setattr(self, name, value)
         super().__post_init__()
         self._corun_config = config.resolve(self, self.get_attention_backends(), *(self._pack_graphs() or ()))
+        for name in (config.TIER_RECORD_ATTR, config.PACK_RECORD_ATTR):  # the records live in the config now
+            delattr(self, name)
         logger.info(self._corun_config.summary())
 
     def _default_max_new_tokens_problems(self) -> list[str]:
@@ -235,5 +237,6 @@ class CorunServerArgs(SGLangServerArgs):
 
     @property
     def corun_config(self) -> config.CorunConfig:
-        """The resolved CoRun configuration (only with ``corun`` true)."""
+        """The resolved CoRun configuration with its verified records (only with ``corun`` true): the one
+        place every adapter reads them."""
         return self._corun_config

@@ -3,6 +3,7 @@
 import dataclasses
 import enum
 import json
+import types
 
 import pydantic
 import pytest
@@ -155,3 +156,13 @@ def test_read_refuses_with_the_option_the_file_each_field_and_the_fix(tmp_path):
             records.read(path, _Schema, "--opt", "record", "rerun it")
     with pytest.raises(records.RecordError, match=r"cannot read it \(No such file or directory\)\. Fix: rerun it"):
         records.read(tmp_path / "none.json", _Schema, "--opt", "record", "rerun it")
+
+
+def test_a_served_record_from_another_environment_is_named_with_its_fix():
+    record = types.SimpleNamespace(environment=dict(ENV), source="tiers.json")
+    served = [records.Served(None, "--corun-prefill-pack", "verify-prefill-pack"),
+              records.Served(record, "--corun-decode-tiers", "verify-tiers")]
+    assert records.foreign(served, dict(ENV)) is None  # candidates, and a record verified here
+    problem = records.foreign(served, {**ENV, "gpu": "NVIDIA H100"})
+    assert problem.startswith("--corun-decode-tiers tiers.json was verified in another environment (gpu: ")
+    assert problem.endswith("Fix: run `corun-sglang verify-tiers` here, or drop --corun-decode-tiers")

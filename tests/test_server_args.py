@@ -73,7 +73,7 @@ def test_verified_tiers_are_captured_below_n(parse, tmp_path):
     assert args.cuda_graph_config.decode.bs == [72, 128, 256]
     assert args.corun_config.decode_tiers == (72, 128) and args.corun_config.decode_tiers_verified
     # scheduler processes get the record with the args
-    assert getattr(pickle.loads(pickle.dumps(args)), config.TIER_RECORD_ATTR).tiers == (72, 128)
+    assert pickle.loads(pickle.dumps(args)).corun_config.tier_record.tiers == (72, 128)
     assert parse("--corun").cuda_graph_config.decode.bs == [256]
 
 
@@ -119,7 +119,7 @@ def test_a_prefill_pack_captures_no_prefill_graph_below_it_and_lifts_the_one_req
     assert (cfg.prefill_pack, cfg.prefill_pack_shortest, cfg.prefill_pack_verified) == (1024, 33, True)
     assert "prompts of 33-1024 tokens at 1024 tokens (verified" in cfg.summary()
     assert cfg.prefill_pack_kernel == "fa2"  # no CUDA here: FA2's rule
-    assert getattr(pickle.loads(pickle.dumps(args)), config.PACK_RECORD_ATTR).pack == 1024
+    assert pickle.loads(pickle.dumps(args)).corun_config.pack_record.pack == 1024
     candidate = parse("--corun", "--corun-prefill-pack-candidate", "512")
     assert candidate.cuda_graph_config.prefill.bs[0] == 512 and "UNVERIFIED pack" in candidate.corun_config.summary()
     assert parse("--corun").corun_config.prefill_pack is None
