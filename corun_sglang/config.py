@@ -424,7 +424,7 @@ def moe_padding(args: Any) -> str:
 
     ``auto`` (the default) is ``skip`` where SGLang resolved the MoE runner to one of
     ``MOE_PADDING_RUNNERS`` and ``--quantization`` is unset, else ``compute``. A quantized checkpoint's
-    layers keep their padding rows' experts either way (``adapters.moe_model_forward``)."""
+    layers keep their padding rows' experts either way (``adapters.moe.moe_model_forward``)."""
     mode = getattr(args, "corun_moe_padding", "auto") or "auto"
     if mode != "auto":
         return mode

@@ -43,145 +43,145 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         "sglang.srt.managers.scheduler.Scheduler.__init__",
         HookType.AROUND,
-        "corun_sglang.adapters:scheduler_init",
+        "corun_sglang.adapters.startup:scheduler_init",
     ),
     Hook(
         "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.__init__",
         HookType.AFTER,
-        "corun_sglang.adapters:decode_graph_runner_init",
+        "corun_sglang.adapters.startup:decode_graph_runner_init",
     ),
     # isolated prefill, full-sequence admission, no retraction
     Hook(
         "sglang.srt.managers.schedule_policy.PrefillAdder.chunked_req_token_budget",
         HookType.AROUND,
-        "corun_sglang.adapters:chunked_req_token_budget",
+        "corun_sglang.adapters.admission:chunked_req_token_budget",
         patch="0001",
     ),
     Hook(
         "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req",
         HookType.AROUND,
-        "corun_sglang.adapters:add_one_req",
+        "corun_sglang.adapters.admission:add_one_req",
     ),
     # packed prefill (--corun-prefill-pack, --corun-prefill-pack-wait)
     Hook(
         "sglang.srt.managers.scheduler.Scheduler.get_new_batch_prefill",
         HookType.AROUND,
-        "corun_sglang.adapters:prefill_wait",
+        "corun_sglang.adapters.admission:prefill_wait",
     ),
     Hook(
         "sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner.__init__",
         HookType.AFTER,
-        "corun_sglang.adapters:prefill_graph_runner_init",
+        "corun_sglang.adapters.prefill:prefill_graph_runner_init",
     ),
     Hook(
         "sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner.can_replay_locally",
         HookType.AROUND,
-        "corun_sglang.adapters:prefill_replay",
+        "corun_sglang.adapters.prefill:prefill_replay",
     ),
     Hook(
         "sglang.srt.model_executor.runner.eager_runner.EagerRunner._execute_extend",
         HookType.AROUND,
-        "corun_sglang.adapters:eager_prefill",
+        "corun_sglang.adapters.prefill:eager_prefill",
     ),
     Hook(
         "sglang.srt.layers.attention.flashinfer_backend.FlashInferIndicesUpdaterPrefill.call_begin_forward",
         HookType.AROUND,
-        "corun_sglang.adapters:prefill_plan",
+        "corun_sglang.adapters.prefill:prefill_plan",
     ),
     Hook(
         "sglang.srt.layers.logits_processor.LogitsProcessor._compute_lm_head",
         HookType.AROUND,
-        "corun_sglang.adapters:lm_head_rows",
+        "corun_sglang.adapters.prefill:lm_head_rows",
     ),
     Hook(
         "sglang.srt.managers.schedule_batch.ScheduleBatch.retract_decode",
         HookType.AROUND,
-        "corun_sglang.adapters:retract_decode",
+        "corun_sglang.adapters.admission:retract_decode",
     ),
     # fixed-shape decode without split-KV
     Hook(
         "sglang.srt.model_executor.runner.eager_runner.EagerRunner._execute_decode",
         HookType.AROUND,
-        "corun_sglang.adapters:eager_decode",
+        "corun_sglang.adapters.decode:eager_decode",
     ),
     Hook(
         "sglang.srt.layers.attention.flashinfer_backend.should_use_tensor_core",
         HookType.AROUND,
-        "corun_sglang.adapters:use_tensor_core",
+        "corun_sglang.adapters.decode:use_tensor_core",
     ),
     Hook(
         "sglang.srt.layers.attention.flashinfer_backend.FlashInferIndicesUpdaterDecode.call_begin_forward",
         HookType.AROUND,
-        "corun_sglang.adapters:decode_plan",
+        "corun_sglang.adapters.decode:decode_plan",
     ),
     # padding rows of a CUDA graph skip the MoE experts (--corun-moe-padding skip)
     Hook(
         "sglang.srt.model_executor.forward_batch_info.enable_num_token_non_padded",
         HookType.AROUND,
-        "corun_sglang.adapters:count_real_tokens",
+        "corun_sglang.adapters.moe:count_real_tokens",
     ),
     Hook(
         "sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM.forward",
         HookType.AROUND,
-        "corun_sglang.adapters:moe_model_forward",
+        "corun_sglang.adapters.moe:moe_model_forward",
     ),
     Hook(
         "sglang.srt.layers.moe.topk.TopK.forward_cuda",
         HookType.AROUND,
-        "corun_sglang.adapters:topk_padding",
+        "corun_sglang.adapters.moe:topk_padding",
     ),
     Hook(
         "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe._fused_moe_kernel_sequence",
         HookType.AROUND,
-        "corun_sglang.adapters:fused_moe_filter",
+        "corun_sglang.adapters.moe:fused_moe_filter",
     ),
     # request-bound RNG
     Hook(
         "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.adjusted_from_schedule_batch",
         HookType.AROUND,
-        "corun_sglang.adapters:batch_seeds",
+        "corun_sglang.adapters.seeds:batch_seeds",
     ),
     Hook(
         "sglang.srt.managers.tokenizer_manager.TokenizerManager._send_one_request",
         HookType.AROUND,
-        "corun_sglang.adapters:send_one_request",
+        "corun_sglang.adapters.seeds:send_one_request",
     ),
     Hook(
         "sglang.srt.managers.tokenizer_manager.TokenizerManager._send_batch_request",
         HookType.AROUND,
-        "corun_sglang.adapters:send_batch_request",
+        "corun_sglang.adapters.seeds:send_batch_request",
     ),
     # reservations made visible (--corun-default-max-new-tokens, corun_ metrics), contract stops
     Hook(
         "sglang.srt.managers.scheduler.Scheduler.init_req_max_new_tokens",
         HookType.AROUND,
-        "corun_sglang.adapters:default_max_new_tokens",
+        "corun_sglang.adapters.admission:default_max_new_tokens",
     ),
     Hook(
         "sglang.srt.managers.scheduler.Scheduler.init_metrics_reporter",
         HookType.AFTER,
-        "corun_sglang.adapters:scheduler_reservations",
+        "corun_sglang.adapters.operations:scheduler_reservations",
     ),
     Hook(
         "sglang.srt.observability.metrics_collector.SchedulerMetricsCollector.log_stats",
         HookType.AFTER,
-        "corun_sglang.adapters:publish_reservations",
+        "corun_sglang.adapters.operations:publish_reservations",
     ),
     Hook(
         "sglang.srt.managers.scheduler.Scheduler.run_event_loop",
         HookType.AROUND,
-        "corun_sglang.adapters:event_loop",
+        "corun_sglang.adapters.operations:event_loop",
     ),
     # every request checked in the tokenizer process (``requests_check``)
     Hook(
         "sglang.srt.managers.io_struct.GenerateReqInput.normalize_batch_and_arguments",
         HookType.AROUND,
-        "corun_sglang.adapters:check_n",
+        "corun_sglang.adapters.requests:check_n",
     ),
     Hook(
         "sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
         HookType.AROUND,
-        "corun_sglang.adapters:check_request",
+        "corun_sglang.adapters.requests:check_request",
     ),
 )
 

@@ -1,7 +1,7 @@
 """A contract stop at run time: its one log line and what in-flight requests are told.
 
 A ``CorunContractError`` in a running scheduler stops the server: serving on would break
-the contract. ``adapters.event_loop`` answers every request the scheduler holds with
+the contract. ``adapters.operations.event_loop`` answers every request the scheduler holds with
 ``STATUS`` and ``line()``, logs ``line()``, waits ``ANSWER_GRACE_S`` for the HTTP server to
 send those answers, and hands the error to SGLang's scheduler-crash path, which logs the
 traceback and has the server kill its process tree (exit status 137, SIGKILL).
@@ -10,6 +10,10 @@ traceback and has the server kill its process tree (exit status 137, SIGKILL).
 from __future__ import annotations
 
 from http import HTTPStatus
+
+class CorunContractError(RuntimeError):
+    """SGLang was about to do something that breaks the CoRun contract; this is a bug, never skipped."""
+
 
 #: What a log search for contract stops matches.
 PREFIX = "corun contract stop"

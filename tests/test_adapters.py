@@ -12,7 +12,10 @@ import pytest
 import torch
 from sglang.srt.runtime_context import publish
 
-from corun_sglang import adapters, packing
+from corun_sglang import packing
+from corun_sglang.adapters import admission, decode, moe, operations, prefill, startup, state
+from corun_sglang.adapters import seeds as adapter_seeds
+from corun_sglang.stops import CorunContractError
 
 
 @pytest.fixture
@@ -134,7 +137,7 @@ def test_retraction_is_an_error_under_corun(make_args):
 
     alloc, cache = _cache(100)
     batch = ScheduleBatch(reqs=[_req(1, 10, 10, cache)], token_to_kv_pool_allocator=alloc, device="cpu")
-    with pytest.raises(adapters.CorunContractError, match="retraction"):
+    with pytest.raises(CorunContractError, match="retraction"):
         batch.retract_decode(make_args(corun=True))
 
 
@@ -163,12 +166,12 @@ def test_decode_plan_turns_split_kv_off(serving):
 
     original.__signature__ = __import__("inspect").signature(real)
     serving(True)
-    adapters.decode_plan(original, "updater", "wrapper", "idx", "lens", 7, "indptr", "start", None, None,
+    decode.decode_plan(original, "updater", "wrapper", "idx", "lens", 7, "indptr", "start", None, None,
                          fixed_split_size=2048, disable_split_kv=False)
     assert seen["fixed_split_size"] is None and seen["disable_split_kv"] is True
     serving(False)
     seen.clear()
-    adapters.decode_plan(original, "updater", "wrapper", "idx", "lens", 7, "indptr", "start", None, None,
+    decode.decode_plan(original, "updater", "wrapper", "idx", "lens", 7, "indptr", "start", None, None,
                          fixed_split_size=2048, disable_split_kv=False)
     assert seen["fixed_split_size"] == 2048 and seen["disable_split_kv"] is False
 
@@ -201,17 +204,17 @@ def test_decode_plan_points_a_graph_plans_surplus_blocks_at_the_cheapest_request
     serving(True)
     wrapper, lens = Wrapper(), torch.tensor([900, 35, 1, 1])
     for _ in range(2):
-        adapters.decode_plan(original, Updater(), wrapper, torch.zeros(4), lens, 937, "indptr", "start", None, lens)
+        decode.decode_plan(original, Updater(), wrapper, torch.zeros(4), lens, 937, "indptr", "start", None, lens)
     # the first plan's copy still held the stale entries; from the second on, the surplus runs slot 2
     assert copied[0][4:] != [2, 2, 2] and copied[1] == [0, 1, 2, 3, 2, 2, 2]
     full = torch.tensor([900, 35, 40, 700])  # no padding slot left: the shortest request
-    adapters.decode_plan(original, Updater(), wrapper, torch.zeros(4), full, 1675, "indptr", "start", None, full)
+    decode.decode_plan(original, Updater(), wrapper, torch.zeros(4), full, 1675, "indptr", "start", None, full)
     assert copied[-1] == [0, 1, 2, 3, 1, 1, 1]
     serving(False)  # default SGLang: the workspace is FlashInfer's alone
     wrapper = Wrapper()
     wrapper._pin_memory_int_workspace_buffer = _buffer()
     for _ in range(2):
-        adapters.decode_plan(original, Updater(), wrapper, torch.zeros(4), lens, 937, "indptr", "start", None, lens)
+        decode.decode_plan(original, Updater(), wrapper, torch.zeros(4), lens, 937, "indptr", "start", None, lens)
     assert copied[-1][4:] == copied[0][4:]
 
 
@@ -247,11 +250,11 @@ def test_a_graph_plan_whose_surplus_cannot_be_filled_stops_the_server(serving, l
     original.__signature__ = __import__("inspect").signature(real)
     serving(True)
     lens = torch.tensor([900, 35, 1, 1])
-    with pytest.raises(adapters.CorunContractError, match=error):
-        adapters.decode_plan(original, Updater(), Wrapper(True), torch.zeros(4), lens, 937, "indptr", "start",
+    with pytest.raises(CorunContractError, match=error):
+        decode.decode_plan(original, Updater(), Wrapper(True), torch.zeros(4), lens, 937, "indptr", "start",
                              None, lens)
     # outside a CUDA graph the plan has no surplus blocks to fill
-    adapters.decode_plan(original, Updater(), Wrapper(False), torch.zeros(4), lens, 937, "indptr", "start",
+    decode.decode_plan(original, Updater(), Wrapper(False), torch.zeros(4), lens, 937, "indptr", "start",
                          None, lens)
 
 
@@ -279,6 +282,11 @@ def _tokenized(rid, sampling_params, input_ids=(5, 6, 7)):
     return types.SimpleNamespace(rid=rid, sampling_params=sampling_params, input_ids=list(input_ids))
 
 
+class _ReqState:
+    """SGLang's ``ReqState`` of a logical request, which the adapter only counts children for (weak-referable,
+    as it is)."""
+
+
 def _manager(children=()):
     """The TokenizerManager attributes the adapter reads."""
     import types
@@ -286,7 +294,7 @@ def _manager(children=()):
     return types.SimpleNamespace(
         server_args=types.SimpleNamespace(corun=True, random_seed=0),
         child_rid_to_logical_rid={c: "parent" for c in children},
-        rid_to_state={"parent": types.SimpleNamespace()},
+        rid_to_state={"parent": _ReqState()},
     )
 
 
@@ -300,7 +308,7 @@ def test_n_samples_get_distinct_reproducible_seeds(given_seed):
         manager = _manager(children=[f"c{i}" for i in range(4)])
         objs = [_tokenized(f"c{i}", shared) for i in range(4)]  # SGLang shares one SamplingParams
         for obj in objs:
-            adapters.send_one_request(lambda self, o: None, manager, obj)
+            adapter_seeds.send_one_request(lambda self, o: None, manager, obj)
         assert shared.sampling_seed == given_seed  # the shared object is left alone
         return [o.sampling_params.sampling_seed for o in objs]
 
@@ -317,7 +325,7 @@ def test_unseeded_requests_get_the_derived_seed():
     sp = SamplingParams(max_new_tokens=8, temperature=0.7)
     sp.normalize(None)
     obj = _tokenized("r", sp)
-    adapters.send_one_request(lambda self, o: None, _manager(), obj)
+    adapter_seeds.send_one_request(lambda self, o: None, _manager(), obj)
     assert obj.sampling_params.sampling_seed == seeds.request_seed(0, [5, 6, 7], seeds.params_of(sp))
 
 
@@ -327,9 +335,9 @@ def test_unseeded_requests_get_the_derived_seed():
 )
 def test_ablations_apply_only_their_mechanisms(make_args, ablation, splitkv_off, isolated):
     publish(make_args(corun_ablation=ablation), role="scheduler")
-    assert adapters._applies("splitkv-off") is splitkv_off
-    assert adapters._applies("isolated-prefill") is isolated
-    assert adapters._serving_corun() is False
+    assert state.applies("splitkv-off") is splitkv_off
+    assert state.applies("isolated-prefill") is isolated
+    assert state.serving_corun() is False
 
 
 def _recording(real, seen, result=None):
@@ -381,10 +389,10 @@ def _moe_forward(model_self):
 
     def forward(*args, **kwargs):  # the model's forward, running its MoE layer
         model(*args, **kwargs)
-        return adapters.topk_padding(layer, "topk", torch.zeros(6, 16), torch.zeros(6, 8))
+        return moe.topk_padding(layer, "topk", torch.zeros(6, 16), torch.zeros(6, 8))
 
     forward.__signature__ = model.__signature__
-    assert adapters.moe_model_forward(forward, model_self, batch.input_ids, torch.arange(6), batch) is topk
+    assert moe.moe_model_forward(forward, model_self, batch.input_ids, torch.arange(6), batch) is topk
     return ids, routed
 
 
@@ -410,7 +418,7 @@ def test_fused_moe_filters_unrouted_blocks_where_padding_skips_the_experts(moe_p
     params = original.__signature__.parameters
     assert params["filter_expert"].kind is inspect.Parameter.KEYWORD_ONLY
     required = {n: None for n, p in params.items() if p.default is inspect.Parameter.empty}
-    adapters.fused_moe_filter(original, **{**required, "filter_expert": False})
+    moe.fused_moe_filter(original, **{**required, "filter_expert": False})
     assert seen["filter_expert"] is (moe_padding_mode == "skip")
 
 
@@ -508,7 +516,7 @@ CUT_SHORT = {
 
 def _scheduler(adder, queue, cache):
     """What ``prefill_wait`` reads of SGLang's ``Scheduler``, over the adder's pool and waiting ``queue``."""
-    return types.SimpleNamespace(
+    return _Scheduler(
         waiting_queue=[_req(i, p, n, cache) for i, (p, n) in enumerate(queue)], chunked_req=None, page_size=1,
         token_to_kv_pool_allocator=adder.token_to_kv_pool_allocator, max_running_requests=8)
 
@@ -523,7 +531,7 @@ def test_a_pack_is_cut_short_exactly_where_the_prefill_adder_stops_on_kv_or_n(pa
     packing_args()
     adder, cache = _packing_adder(pool, running)
     scheduler = _scheduler(adder, queue, cache)
-    assert adapters._pack_cut_short(scheduler, adder.running_batch) is short
+    assert admission._pack_cut_short(scheduler, adder.running_batch) is short
     for req in scheduler.waiting_queue:
         result = adder.add_one_req(req, False, None)
         if result is not AddReqResult.CONTINUE:
@@ -546,28 +554,29 @@ def test_a_pack_the_kv_pool_cuts_short_waits_up_to_the_limit_then_runs(packing_a
 
     packing_args(wait=2)
     for _ in range(2):
-        plan = adapters.prefill_wait(original, scheduler, batch)
+        plan = admission.prefill_wait(original, scheduler, batch)
         assert isinstance(plan, NextBatchPlan) and plan.batch_to_run is None and plan.running_batch is batch
     assert not seen
-    assert adapters.prefill_wait(original, scheduler, batch) == "prefill" and seen["running_batch"] is batch
-    assert isinstance(adapters.prefill_wait(original, scheduler, batch), NextBatchPlan)  # it counts anew
+    assert admission.prefill_wait(original, scheduler, batch) == "prefill" and seen["running_batch"] is batch
+    assert isinstance(admission.prefill_wait(original, scheduler, batch), NextBatchPlan)  # it counts anew
     scheduler.chunked_req = scheduler.waiting_queue[0]  # a chunked prompt's next chunk never waits
-    assert adapters.prefill_wait(original, scheduler, batch) == "prefill"
+    assert admission.prefill_wait(original, scheduler, batch) == "prefill"
     scheduler.chunked_req = None
     batch.batch_is_full = True  # SGLang's own scheduler admits nothing now: nothing to wait for
-    assert adapters.prefill_wait(original, scheduler, batch) == "prefill"
+    assert admission.prefill_wait(original, scheduler, batch) == "prefill"
     batch.batch_is_full = False
 
     pool, running, queue, _ = CUT_SHORT["the pack fills first"]
     full, cache = _packing_adder(pool, running)
-    assert adapters.prefill_wait(original, _scheduler(full, queue, cache), full.running_batch) == "prefill"
+    assert admission.prefill_wait(original, _scheduler(full, queue, cache), full.running_batch) == "prefill"
     packing_args(wait=0)
-    assert adapters.prefill_wait(original, scheduler, batch) == "prefill"
+    assert admission.prefill_wait(original, scheduler, batch) == "prefill"
     serving(False)
-    assert adapters.prefill_wait(original, scheduler, batch) == "prefill"
+    assert admission.prefill_wait(original, scheduler, batch) == "prefill"
     untouched = _scheduler(adder, queue, cache)  # without a wait, SGLang's scheduler is left as it is
-    assert adapters.prefill_wait(original, untouched, batch) == "prefill"
-    assert not hasattr(untouched, "_corun_pack_waited")
+    before = dict(vars(untouched))
+    assert admission.prefill_wait(original, untouched, batch) == "prefill"
+    assert vars(untouched) == before and untouched not in admission._waited
 
 
 @pytest.mark.parametrize("tokens,replayed", [(33, PACK), (200, PACK), (PACK, PACK), (32, 32), (300, 300)])
@@ -576,9 +585,9 @@ def test_a_packable_prefill_replays_the_packs_graph_from_far_below(packing_args,
         return num_tokens
 
     packing_args()
-    assert adapters.prefill_replay(original, "runner", num_tokens=tokens, return_logprob=True) == replayed
+    assert prefill.prefill_replay(original, "runner", num_tokens=tokens, return_logprob=True) == replayed
     packing_args(pack=False)
-    assert adapters.prefill_replay(original, "runner", num_tokens=tokens, return_logprob=True) == tokens
+    assert prefill.prefill_replay(original, "runner", num_tokens=tokens, return_logprob=True) == tokens
 
 
 def _extend(tokens, prefixes):
@@ -591,15 +600,15 @@ def test_a_packable_prefill_never_runs_eagerly(packing_args):
         return "eager"
 
     packing_args()
-    with pytest.raises(adapters.CorunContractError, match="3 fresh prompts, 200 tokens.*256-token prefill graph"):
-        adapters.eager_prefill(original, "runner", _extend(200, [0, 0, 0]))
-    with pytest.raises(adapters.CorunContractError, match="1 fresh prompts, 256 tokens"):
-        adapters.eager_prefill(original, "runner", _extend(PACK, [0]))
-    assert adapters.eager_prefill(original, "runner", _extend(200, [300])) == "eager"  # a later chunk, alone
-    assert adapters.eager_prefill(original, "runner", _extend(20, [0])) == "eager"  # shorter than 33
-    assert adapters.eager_prefill(original, "runner", _extend(1000, [0])) == "eager"
+    with pytest.raises(CorunContractError, match="3 fresh prompts, 200 tokens.*256-token prefill graph"):
+        prefill.eager_prefill(original, "runner", _extend(200, [0, 0, 0]))
+    with pytest.raises(CorunContractError, match="1 fresh prompts, 256 tokens"):
+        prefill.eager_prefill(original, "runner", _extend(PACK, [0]))
+    assert prefill.eager_prefill(original, "runner", _extend(200, [300])) == "eager"  # a later chunk, alone
+    assert prefill.eager_prefill(original, "runner", _extend(20, [0])) == "eager"  # shorter than 33
+    assert prefill.eager_prefill(original, "runner", _extend(1000, [0])) == "eager"
     packing_args(pack=False)
-    assert adapters.eager_prefill(original, "runner", _extend(200, [0, 0, 0])) == "eager"
+    assert prefill.eager_prefill(original, "runner", _extend(200, [0, 0, 0])) == "eager"
 
 
 class _Wrapper:
@@ -627,12 +636,12 @@ def test_prefill_plans_run_without_split_kv_under_a_pack(packing_args):
     ragged, paged = _Wrapper(), _Wrapper()
     call = ("updater", ragged, paged, "idx", "lens", 7, "seq", None, "start", "indptr", "qo", True, None)
     packing_args()
-    adapters.prefill_plan(original, *call)
+    prefill.prefill_plan(original, *call)
     assert ragged.planned == [{"disable_split_kv": True}]
     assert paged.planned == [{"disable_split_kv": True, "fixed_split_size": None}]
     assert "begin_forward" not in vars(ragged) and "begin_forward" not in vars(paged)  # the methods are back
     packing_args(pack=False)
-    adapters.prefill_plan(original, *call)
+    prefill.prefill_plan(original, *call)
     assert ragged.planned[-1] == {} and paged.planned[-1] == {"fixed_split_size": None}
 
 
@@ -653,7 +662,7 @@ def test_a_pack_set_for_fa3_stops_at_a_prefill_planned_on_another_kernel(packing
     def plan(backend, use_ragged=True):
         ragged = _Wrapper()
         ragged._backend = backend  # what FlashInfer resolves "auto" to at the first plan
-        return adapters.prefill_plan(original, "updater", ragged, _Wrapper(), "idx", "lens", 7, "seq", None,
+        return prefill.prefill_plan(original, "updater", ragged, _Wrapper(), "idx", "lens", 7, "seq", None,
                                      "start", "indptr", "qo", use_ragged, None)
 
     packing_args()
@@ -661,9 +670,9 @@ def test_a_pack_set_for_fa3_stops_at_a_prefill_planned_on_another_kernel(packing
     monkeypatch.setattr(kernel_probe, "prefill_kernel", lambda head_dim, dtype, paged: packing.FA3)
     packing_args()
     plan("fa3")
-    with pytest.raises(adapters.CorunContractError, match="planned on FlashInfer's fa2 kernel.*from 1 tokens"):
+    with pytest.raises(CorunContractError, match="planned on FlashInfer's fa2 kernel.*from 1 tokens"):
         plan("fa2")
-    with pytest.raises(adapters.CorunContractError, match="paged fa2 kernel.*SGLANG_FLASHINFER_USE_PAGED=1"):
+    with pytest.raises(CorunContractError, match="paged fa2 kernel.*SGLANG_FLASHINFER_USE_PAGED=1"):
         plan("fa3", use_ragged=False)
 
 
@@ -676,23 +685,23 @@ def test_a_prefills_lm_head_computes_the_packs_rows_and_returns_its_own(packing_
 
     states, head = torch.randn(3, 8), torch.randn(8, 5)
     packing_args()
-    logits = adapters.lm_head_rows(original, "processor", states, head)
+    logits = prefill.lm_head_rows(original, "processor", states, head)
     assert seen == [PACK] and torch.equal(logits, states @ head)
-    adapters.lm_head_rows(original, "processor", torch.randn(300, 8), head)
+    prefill.lm_head_rows(original, "processor", torch.randn(300, 8), head)
     assert seen[-1] == 300
     packing_args(pack=False)
-    adapters.lm_head_rows(original, "processor", states, head)
+    prefill.lm_head_rows(original, "processor", states, head)
     assert seen[-1] == 3
 
 
 def test_the_prefill_graphs_start_at_the_pack(packing_args):
     runner = types.SimpleNamespace(server_args=packing_args())
-    assert adapters.prefill_graph_runner_init("built", types.SimpleNamespace(capture_num_tokens=[256, 512]),
+    assert prefill.prefill_graph_runner_init("built", types.SimpleNamespace(capture_num_tokens=[256, 512]),
                                               runner) == "built"
-    with pytest.raises(adapters.CorunContractError, match="needs 256 as the smallest"):
-        adapters.prefill_graph_runner_init("built", types.SimpleNamespace(capture_num_tokens=[64, 256]), runner)
+    with pytest.raises(CorunContractError, match="needs 256 as the smallest"):
+        prefill.prefill_graph_runner_init("built", types.SimpleNamespace(capture_num_tokens=[64, 256]), runner)
     plain = types.SimpleNamespace(server_args=packing_args(pack=False))
-    assert adapters.prefill_graph_runner_init("built", types.SimpleNamespace(capture_num_tokens=[64]), plain) == "built"
+    assert prefill.prefill_graph_runner_init("built", types.SimpleNamespace(capture_num_tokens=[64]), plain) == "built"
 
 
 def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate_logs_its_own(
@@ -703,29 +712,39 @@ def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate
 
     path = tmp_path / "pack.json"
     path.write_text(json.dumps(pack_record.Record(pack=PACK, shortest=33, environment={"gpu": "A"}).to_json()))
-    monkeypatch.setattr(adapters, "_tier_environment", lambda model_runner: {"gpu": "B"})
+    monkeypatch.setattr(startup, "_environment", lambda model_runner: {"gpu": "B"})
     graphs = types.SimpleNamespace(capture_bs=[256])
 
     def runner(**options):
         return types.SimpleNamespace(server_args=make_args(corun=True, **options),
                                      req_to_token_pool=types.SimpleNamespace(size=300))
 
-    with pytest.raises(adapters.CorunContractError,
+    with pytest.raises(CorunContractError,
                        match=r"--corun-prefill-pack .*pack.json was verified in another environment "
                              r"\(gpu: verified with 'A', this server has 'B'\).*verify-prefill-pack"):
-        adapters.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack=str(path)))
+        startup.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack=str(path)))
     with caplog.at_level("WARNING"):
-        assert adapters.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack_candidate=PACK)) == "built"
+        assert startup.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack_candidate=PACK)) == "built"
     assert records.environment_from_log(caplog.text) == {"gpu": "B"}
     assert pack_record.candidate_from_log(caplog.text) == {"pack": PACK, "shortest": 33, "kernel": "fa2"}
-    assert adapters.decode_graph_runner_init("built", graphs, runner()) == "built"  # nothing to verify
+    assert startup.decode_graph_runner_init("built", graphs, runner()) == "built"  # nothing to verify
 
 
 # ----------------------------------------------------------------- reservations, metrics, contract stops
 
 
 class _Scheduler(types.SimpleNamespace):
-    """What the reservation and stop adapters read of SGLang's ``Scheduler`` (weak-referable, as it is)."""
+    """What the admission, reservation and stop adapters read of SGLang's ``Scheduler`` (weak-referable and
+    hashed by identity, as it is)."""
+
+    __hash__ = object.__hash__
+
+
+class _Collector(types.SimpleNamespace):
+    """What the metrics adapters read of SGLang's ``SchedulerMetricsCollector`` (weak-referable and hashed by
+    identity, as it is)."""
+
+    __hash__ = object.__hash__
 
 
 def _stats_scheduler(adder, waiting, cache, **kwargs):
@@ -769,8 +788,6 @@ def test_reservation_gauges_count_what_admission_refuses_for_kv(serving):
     """Pool 1000, one running request reserving 300 + 200 + 1 (and one finished, which reserves nothing): a
     waiting request counts as waiting for KV exactly when SGLang's PrefillAdder, under --corun, refuses it
     for KV."""
-    import weakref
-
     from sglang.srt.managers.schedule_batch import FINISH_LENGTH
     from sglang.srt.managers.schedule_policy import AddReqResult
 
@@ -780,8 +797,9 @@ def test_reservation_gauges_count_what_admission_refuses_for_kv(serving):
     adder.running_batch.reqs[1].finished_reason = FINISH_LENGTH(50)
     scheduler = _stats_scheduler(adder, waiting, cache)
     counted, value = _private_metrics()
-    collector = types.SimpleNamespace(_corun_metrics=counted, _corun_scheduler=weakref.ref(scheduler))
-    adapters.publish_reservations(None, collector, "SGLang's SchedulerStats")
+    collector = _Collector()
+    operations._watch(collector, scheduler, counted)
+    operations.publish_reservations(None, collector, "SGLang's SchedulerStats")
     assert (value("corun_kv_reserved_tokens"), value("corun_kv_used_tokens"), value("corun_kv_pool_tokens")) == (
         501, 350, 1000)
     refused = 0
@@ -792,13 +810,13 @@ def test_reservation_gauges_count_what_admission_refuses_for_kv(serving):
 
     scheduler.chunked_req = _req(300, 60, 10, cache)  # a prompt between its chunks reserves its sequence too
     scheduler.cur_batch_for_debug = adder.running_batch  # counted once
-    adapters.publish_reservations(None, collector, "SGLang's SchedulerStats")
+    operations.publish_reservations(None, collector, "SGLang's SchedulerStats")
     assert value("corun_kv_reserved_tokens") == 501 + 71 and value("corun_requests_waiting_for_kv") == 3
 
 
 def test_reservation_gauges_are_sglangs_alone_without_corun():
-    collector = types.SimpleNamespace()
-    assert adapters.publish_reservations("logged", collector, "stats") == "logged"
+    collector = _Collector()
+    assert operations.publish_reservations("logged", collector, "stats") == "logged"
 
 
 @pytest.mark.parametrize("with_metrics", [False, True])
@@ -813,16 +831,16 @@ def test_a_corun_scheduler_logs_its_capacity_and_registers_the_metrics(make_args
     registry = CollectorRegistry()
     monkeypatch.setattr(metrics, "Metrics", functools.partial(metrics.Metrics, registry=registry))
     adder, cache = _adder(104_000, [(100, 512)])
-    collector = types.SimpleNamespace(labels={"model_name": "m"}) if with_metrics else None
+    collector = _Collector(labels={"model_name": "m"}) if with_metrics else None
     scheduler = _stats_scheduler(adder, [], cache, server_args=make_args(corun=True), max_req_len=40_959,
                                  model_config=types.SimpleNamespace(context_len=40_960), max_running_requests=256,
                                  metrics_collector=collector)
-    with caplog.at_level(logging.INFO, logger=adapters.__name__):
-        assert adapters.scheduler_reservations("reporter", scheduler, 0, 0, None) == "reporter"
+    with caplog.at_level(logging.INFO, logger=operations.__name__):
+        assert operations.scheduler_reservations("reporter", scheduler, 0, 0, None) == "reporter"
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("corun admission")]
     assert len(lines) == 1 and "2 of N = 256" in lines[0]
     if with_metrics:
-        adapters.publish_reservations(None, collector, "stats")
+        operations.publish_reservations(None, collector, "stats")
         assert registry.get_sample_value("corun_kv_reserved_tokens", {"model_name": "m"}) == 613
     else:
         assert registry.get_sample_value("corun_kv_reserved_tokens", {"model_name": "m"}) is None
@@ -846,8 +864,8 @@ def _stopping_scheduler(make_args, corun=True):
     counted, value = _private_metrics()
     scheduler = _stats_scheduler(
         adder, [(50, 10)], cache, server_args=make_args(corun=corun),
-        ipc_channels=types.SimpleNamespace(send_to_tokenizer=_Tokenizer()),
-        metrics_collector=types.SimpleNamespace(_corun_metrics=counted))
+        ipc_channels=types.SimpleNamespace(send_to_tokenizer=_Tokenizer()), metrics_collector=_Collector())
+    operations._watch(scheduler.metrics_collector, scheduler, counted)
     return scheduler, value
 
 
@@ -864,13 +882,13 @@ def test_a_contract_stop_answers_every_held_request_logs_one_line_and_stops(make
 
     monkeypatch.setattr(stops, "ANSWER_GRACE_S", 0)
     scheduler, value = _stopping_scheduler(make_args)
-    error = adapters.CorunContractError("decode retraction was about to run\nfor a batch of 2 requests")
+    error = CorunContractError("decode retraction was about to run\nfor a batch of 2 requests")
 
     def loop(self):
         raise error
 
-    with caplog.at_level(logging.INFO), pytest.raises(adapters.CorunContractError) as raised:
-        adapters.event_loop(loop, scheduler)
+    with caplog.at_level(logging.INFO), pytest.raises(CorunContractError) as raised:
+        operations.event_loop(loop, scheduler)
     assert raised.value is error  # SGLang's scheduler-crash path gets it and stops the process tree
     assert [r.getMessage() for r in caplog.records if "corun contract stop" in r.getMessage()] == [
         "corun contract stop: decode retraction was about to run for a batch of 2 requests"]
@@ -892,7 +910,7 @@ def test_a_contract_stop_answers_every_held_request_logs_one_line_and_stops(make
     assert asyncio.run(TokenizerManager._handle_abort_finish_reason(manager, out, state, True)) is out
 
 
-@pytest.mark.parametrize("corun,error", [(False, adapters.CorunContractError("stop")), (True, RuntimeError("crash"))])
+@pytest.mark.parametrize("corun,error", [(False, CorunContractError("stop")), (True, RuntimeError("crash"))])
 def test_other_scheduler_errors_take_sglangs_path_untouched(make_args, corun, error):
     scheduler, value = _stopping_scheduler(make_args, corun=corun)
 
@@ -900,7 +918,7 @@ def test_other_scheduler_errors_take_sglangs_path_untouched(make_args, corun, er
         raise error
 
     with pytest.raises(type(error)):
-        adapters.event_loop(loop, scheduler)
+        operations.event_loop(loop, scheduler)
     assert scheduler.ipc_channels.send_to_tokenizer.sent == []
     assert value("corun_contract_stops_total") == 0
 
@@ -1053,3 +1071,26 @@ def test_a_scheduler_never_raises_on_a_seed_that_is_not_one(serving, seed):
     info = SamplingBatchInfo.from_schedule_batch(ScheduleBatch(reqs=[bad, twin], device="cpu"), vocab_size=1024)
     derived = seeds.request_seed(0, list(range(10)), seeds.params_of(twin.sampling_params))
     assert info.sampling_seed.tolist() == [derived, derived]  # sampled from the derived seed instead
+
+
+def test_a_logical_requests_child_count_goes_with_its_state():
+    """SGLang's ``ReqState`` compares by value and does not hash: the count is kept by identity, so an equal
+    state of another request counts from 0, and the count of a dropped state is dropped with it."""
+    import gc
+
+    from sglang.srt.managers.tokenizer_manager import ReqState
+
+    lifecycle = object()
+
+    def state():
+        return ReqState(out_list=[], finished=False, event=None, obj=None, time_stats=None, lifecycle_id=lifecycle)
+
+    kept = len(adapter_seeds._samples_sent)
+    first, twin = state(), state()
+    assert first == twin
+    assert [adapter_seeds._count_sent(first) for _ in range(3)] == [0, 1, 2]
+    assert adapter_seeds._count_sent(twin) == 0
+    assert len(adapter_seeds._samples_sent) == kept + 2
+    del first, twin
+    gc.collect()
+    assert len(adapter_seeds._samples_sent) == kept

@@ -38,15 +38,15 @@ def test_every_adapter_binding_names_a_target_and_a_user():
 
 
 @pytest.mark.parametrize("binding, says", [
-    (bindings.Parameters(f"{HERE}.plan", ("fixed_split_size", "disable_split_kv"), "adapters.decode_plan"),
-     f"{HERE}.plan: has no parameter 'disable_split_kv', which adapters.decode_plan relies on"),
-    (bindings.Parameters(f"{HERE}.catch_all", ("disable_split_kv",), "adapters.decode_plan"),
+    (bindings.Parameters(f"{HERE}.plan", ("fixed_split_size", "disable_split_kv"), "adapters.decode.decode_plan"),
+     f"{HERE}.plan: has no parameter 'disable_split_kv', which adapters.decode.decode_plan relies on"),
+    (bindings.Parameters(f"{HERE}.catch_all", ("disable_split_kv",), "adapters.decode.decode_plan"),
      f"{HERE}.catch_all: has no parameter 'disable_split_kv'"),  # **kwargs may drop it
-    (bindings.Attributes(f"{HERE}.Wrapper", ("is_cuda_graph_enabled", "_backend"), "adapters.prefill_plan"),
-     f"{HERE}.Wrapper: has no attribute '_backend', which adapters.prefill_plan relies on"),
-    (bindings.Assigns(f"{HERE}.plan", ("_plan_info",), "adapters._fill_surplus"),
+    (bindings.Attributes(f"{HERE}.Wrapper", ("is_cuda_graph_enabled", "_backend"), "adapters.prefill.prefill_plan"),
+     f"{HERE}.Wrapper: has no attribute '_backend', which adapters.prefill.prefill_plan relies on"),
+    (bindings.Assigns(f"{HERE}.plan", ("_plan_info",), "adapters.decode._fill_surplus"),
      f"{HERE}.plan: no longer assigns 'self._plan_info'"),
-    (bindings.Parameters(f"{HERE}.Wrapper.plan", ("indptr",), "adapters.decode_plan"),
+    (bindings.Parameters(f"{HERE}.Wrapper.plan", ("indptr",), "adapters.decode.decode_plan"),
      f"{HERE}.Wrapper.plan: not found"),
 ])
 def test_a_mismatch_names_the_target_the_name_and_the_fix(binding, says):
@@ -57,23 +57,23 @@ def test_a_mismatch_names_the_target_the_name_and_the_fix(binding, says):
 
 def test_matching_stand_ins_pass():
     assert bindings.problems((
-        bindings.Parameters(f"{HERE}.plan", ("indptr", "fixed_split_size", "no_split_kv"), "adapters.decode_plan"),
-        bindings.Assigns(f"{HERE}.catch_all", ("_plan_info",), "adapters._fill_surplus"),
-        bindings.Assigns(f"{HERE}.Wrapper.__init__", ("_pin_memory_int_workspace_buffer",), "adapters._fill_surplus"),
+        bindings.Parameters(f"{HERE}.plan", ("indptr", "fixed_split_size", "no_split_kv"), "adapters.decode.decode_plan"),
+        bindings.Assigns(f"{HERE}.catch_all", ("_plan_info",), "adapters.decode._fill_surplus"),
+        bindings.Assigns(f"{HERE}.Wrapper.__init__", ("_pin_memory_int_workspace_buffer",), "adapters.decode._fill_surplus"),
     )) == []
 
 
 def test_a_hook_target_that_does_not_resolve_is_left_to_the_hook_check(monkeypatch):
     renamed = "sglang.srt.managers.scheduler.Scheduler.renamed_method"
     monkeypatch.setattr(hooks, "HOOKS", hooks.HOOKS + (
-        hooks.Hook(renamed, hooks.HookType.AROUND, "corun_sglang.adapters:scheduler_init"),))
-    assert bindings.problems((bindings.Parameters(renamed, ("server_args",), "adapters.scheduler_init"),)) == []
+        hooks.Hook(renamed, hooks.HookType.AROUND, "corun_sglang.adapters.startup:scheduler_init"),))
+    assert bindings.problems((bindings.Parameters(renamed, ("server_args",), "adapters.startup.scheduler_init"),)) == []
 
 
 def test_corun_refuses_to_start_on_a_mismatch(sglang_plugins, make_args, monkeypatch):
     from corun_sglang import config
 
-    renamed = bindings.Parameters(f"{HERE}.plan", ("disable_split_kv",), "adapters.decode_plan")
+    renamed = bindings.Parameters(f"{HERE}.plan", ("disable_split_kv",), "adapters.decode.decode_plan")
     monkeypatch.setattr(bindings, "BINDINGS", bindings.BINDINGS + (renamed,))
     (problem,) = startup.problems()
     assert "has no parameter 'disable_split_kv'" in problem

@@ -40,7 +40,7 @@ def test_a_hook_whose_target_a_missing_patch_creates_is_reported_as_the_patch(sg
     left_out = hooks.Hook(
         "sglang.srt.managers.scheduler.Scheduler.event_loop_normal",
         hooks.HookType.AROUND,
-        "corun_sglang.adapters:scheduler_init",
+        "corun_sglang.adapters.startup:scheduler_init",
         patch="0001",
     )
     monkeypatch.setattr(hooks, "HOOKS", hooks.HOOKS + (left_out,))
@@ -68,7 +68,7 @@ def test_corun_refuses_to_start_when_a_hook_is_missing(sglang_plugins, make_args
     stray = hooks.Hook(
         "sglang.srt.managers.scheduler.Scheduler.event_loop_normal",
         hooks.HookType.AROUND,
-        "corun_sglang.adapters:scheduler_init",
+        "corun_sglang.adapters.startup:scheduler_init",
     )
     monkeypatch.setattr(hooks, "HOOKS", hooks.HOOKS + (stray,))
     with pytest.raises(config.CorunConfigError, match="event_loop_normal: resolved but not hooked"):

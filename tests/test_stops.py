@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from corun_sglang import stops
-from corun_sglang.adapters import CorunContractError
+from corun_sglang.stops import CorunContractError
 
 ROOT = Path(__file__).resolve().parents[1]
 

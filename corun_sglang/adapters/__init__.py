@@ -1,0 +1,19 @@
+"""Thin hook adapters, one module per concern; each adapter is named once in ``hooks.HOOKS``.
+
+Every adapter reads SGLang state, hands the decision to a pure function (``policy``, ``packing``,
+``decode_grid``, ``moe_padding``, ``seeds``, ``requests_check``, ``reservations``, ``records``) and acts
+on the answer. Without ``--corun`` each is a pass-through: SGLang behaves as it does without corun-sglang.
+State an adapter keeps about an SGLang object lives in a ``weakref.WeakKeyDictionary`` of the module that
+owns it, never on the object.
+
+- ``state``: what every adapter reads (this process's configuration, a request's reservation);
+- ``startup``: the scheduler's start, the decode graph runner's sizes and records;
+- ``admission``: chunk budget, full-sequence admission, the prefill pack wait, no retraction,
+  the default ``max_new_tokens``;
+- ``prefill``: packed prefill (graphs, replay, eager stop, plans, LM head rows);
+- ``decode``: fixed-shape decode without split-KV, the surplus blocks of a graph's plan;
+- ``moe``: MoE padding rows kept out of the experts;
+- ``seeds``: request-bound seeds, in the batch and per request, ``n > 1`` children;
+- ``requests``: the tokenizer-side request check;
+- ``operations``: reservations and ``corun_`` metrics, contract stops.
+"""

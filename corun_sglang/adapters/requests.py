@@ -1,0 +1,37 @@
+"""Request-check adapters: every generate request is checked in the tokenizer process (``requests_check``),
+before SGLang validates it and before anything reaches the scheduler; a refusal is a ``ValueError``, which
+SGLang's HTTP server answers with a 400."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from corun_sglang import requests_check
+from corun_sglang.adapters import state
+
+
+def _fields(obj) -> dict:
+    return {f.name: getattr(obj, f.name, None) for f in dataclasses.fields(obj)}
+
+
+def check_request(original, self, obj, input_ids, *args, **kwargs):
+    """Each generate request (each prompt of a batch, before its n > 1 children exist) is checked against
+    ``requests_check`` before SGLang validates it and before anything reaches the scheduler; a refusal is
+    a ``ValueError``, which SGLang's HTTP server answers with a 400."""
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    if state.corun(self.server_args) and isinstance(obj, GenerateReqInput):
+        requests_check.check(
+            _fields(obj), obj.sampling_params, None if input_ids is None else len(input_ids),
+            preferred=getattr(self, "preferred_sampling_params", None),
+        )
+    return original(self, obj, input_ids, *args, **kwargs)
+
+
+def check_n(original, self, *args, **kwargs):
+    """A generate request's ``n`` is an integer of 1 or more before SGLang expands it into children."""
+    if state.serving_corun():
+        problem = requests_check.n_problem(self.sampling_params)
+        if problem:
+            raise requests_check.RequestRefused([problem])
+    return original(self, *args, **kwargs)

@@ -1,0 +1,61 @@
+"""Adapters at start: a ``--corun`` scheduler re-checks its process; the decode graph runner holds exactly
+the configured graphs, and every record served holds in this environment (``records.foreign``)."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from corun_sglang import pack_record, records
+from corun_sglang.adapters.state import corun
+from corun_sglang.startup import check_startup
+from corun_sglang.stops import CorunContractError
+
+logger = logging.getLogger(__name__)
+
+
+def scheduler_init(original, self, server_args, *args, **kwargs):
+    """Scheduler start: a ``--corun`` scheduler re-checks its own process before loading weights."""
+    if corun(server_args):
+        check_startup()
+        logger.info("corun scheduler: %s", server_args.corun_config.summary())
+    return original(self, server_args, *args, **kwargs)
+
+
+def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
+    """After the decode CUDA-graph runner is built: it holds the graphs of N and of the decode tiers, no
+    other, and every record served (decode tiers, prefill pack) was verified in this environment. A server
+    serving unverified candidates logs its environment (and its pack) for the verifier to read back."""
+    server_args = model_runner.server_args
+    if not corun(server_args):
+        return result
+    cfg = server_args.corun_config
+    if list(self.capture_bs) != cfg.decode_sizes:
+        raise CorunContractError(
+            f"decode CUDA graphs resolved to batch sizes {list(self.capture_bs)}, not {cfg.decode_sizes}: "
+            f"the request pool holds {model_runner.req_to_token_pool.size} requests. "
+            f"Fix: lower --max-running-requests to at most that, or give the KV cache "
+            f"more memory (--mem-fraction-static)"
+        )
+    served = cfg.served_records()
+    if not served:
+        return result
+    env = _environment(model_runner)
+    if any(item.record is None for item in served):  # unverified candidates: tell the verifier where they ran
+        logger.warning(records.environment_line(env))
+    if cfg.prefill_pack is not None and cfg.pack_record is None:
+        logger.warning(pack_record.candidate_line(cfg.prefill_pack, cfg.prefill_pack_shortest, cfg.prefill_pack_kernel))
+    problem = records.foreign(served, env)
+    if problem:
+        raise CorunContractError(problem)
+    return result
+
+
+def _environment(model_runner) -> dict:
+    """This scheduler's ``records.environment``: its model, options, GPU and software."""
+    return records.environment(
+        model_runner.model_config.hf_config.to_dict(), model_runner.model_config.dtype, model_runner.server_args,
+        gpu=torch.cuda.get_device_name(torch.cuda.current_device()), cuda=torch.version.cuda,
+        installed=records.versions(), blas=records.blas_setup(),
+    )
