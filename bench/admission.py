@@ -8,8 +8,8 @@ flags is skipped for up to W passes, as ``--corun-prefill-pack-wait W`` does. Pa
 here: the output counts prefills by kind, the padding tokens the packs run beyond their prompts
 (``packing.replay_tokens``), and decode steps, which a server's log prices.
 
-    python bench/admission.py --workloads sharegpt,azure-conv --pool 104000 --wait 0,32
-    python bench/admission.py --workloads sharegpt --pool 104000 --shortest 1 --pack 512,1024,2048 --concurrency 16
+    python -m bench.admission --workloads sharegpt,azure-conv --pool 104000 --wait 0,32
+    python -m bench.admission --workloads sharegpt --pool 104000 --shortest 1 --pack 512,1024,2048 --concurrency 16
 """
 
 from __future__ import annotations
@@ -19,12 +19,9 @@ import collections
 import dataclasses
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import workloads  # noqa: E402
-from corun_sglang import packing, policy  # noqa: E402
+from bench import workloads
+from corun_sglang import packing, policy
 
 #: Prefill kinds: a prompt that runs alone (shorter than the shortest packable prompt, or longer than the
 #: pack), a pack that holds one prompt, a pack of two or more.

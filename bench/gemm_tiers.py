@@ -11,7 +11,7 @@ no split-K for both); a size that differs anywhere would give a request other
 logits in an M-slot decode graph than in the N-slot one. This measures the
 GEMMs only: attention and the row-wise layers are not part of it.
 
-    python bench/gemm_tiers.py --shape qwen3-8b --out gemm_tiers.json
+    python -m bench.gemm_tiers --shape qwen3-8b --out gemm_tiers.json
 
 ``--blas cublaslt`` asks PyTorch to run the products through cuBLASLt instead
 of cuBLAS (``torch.backends.cuda.preferred_blas_library``): its heuristics may
@@ -27,14 +27,11 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import common  # noqa: E402
-from corun_sglang.tools import synthetic  # noqa: E402
+from bench import common
+from corun_sglang.tools import synthetic
 
 #: SGLang's default decode CUDA graph sizes up to 256.
 DEFAULT_SIZES = [1, 2, 4, 8, 12, 16] + list(range(24, 257, 8))

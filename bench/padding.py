@@ -5,7 +5,7 @@ request; its decode time per token (TPOT) against N shows what padding costs
 when the server is nearly idle. A default SGLang server (which pads only to
 its nearest captured size) gives the reference. Rows go to ``--out``.
 
-    python bench/padding.py --shape qwen3-8b --n 1,8,32,64,128,256 --out docs/results/bench/padding.jsonl
+    python -m bench.padding --shape qwen3-8b --n 1,8,32,64,128,256 --out docs/results/bench/padding.jsonl
 """
 
 from __future__ import annotations
@@ -17,11 +17,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import client  # noqa: E402
-import common  # noqa: E402
-import workloads  # noqa: E402
+from bench import client, common, workloads
 
 
 def main(argv=None) -> int:

@@ -30,11 +30,8 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import common  # noqa: E402
-import run  # noqa: E402
-from corun_sglang import verify_packing  # noqa: E402
+from bench import common, run
+from corun_sglang import verify_packing
 
 FIRST_TOKEN = 100
 VOCAB = 150000

@@ -19,7 +19,7 @@ from ``bench/padding.py``) are plotted. Where repetitions kept output digests,
 a table counts the requests each arm reproduced token for token, in all
 repetitions and in those one GPU ran.
 
-    python bench/report.py docs/results/bench/runs.jsonl --out docs/results/benchmarks.md \
+    python -m bench.report docs/results/bench/runs.jsonl --out docs/results/benchmarks.md \
         --plots docs/results/bench [--notes notes.md] [--padding docs/results/bench/padding.jsonl] \
         [--sampler sampler.json ...] [--step-profile step_profile.jsonl ...]
 
@@ -34,13 +34,9 @@ import collections
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import serverlog  # noqa: E402
-import workloads  # noqa: E402
+from bench import serverlog, workloads
 
 ARMS = ("STD", "BI", "CoRun")
 ABLATION_ARMS = ("SplitKV-off", "SplitKV-off+IsoPrefill")
@@ -454,7 +450,7 @@ def _fmt_ms(x: float | None) -> str:
 
 
 def sampler_table(results: list[dict]) -> list[str]:
-    """Markdown: one decode step's sampling per arm (``bench/sampler.py`` JSON), median ms and ratio."""
+    """Markdown: one decode step's sampling per arm (``bench/sampler_cost.py`` JSON), median ms and ratio."""
     lines = ["| rows x vocab | top-p | top-k | arm | median ms | / default |", "| --- | ---: | ---: | --- | ---: | ---: |"]
     for r in results:
         for arm, ms in r["median_ms"].items():
@@ -720,7 +716,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="docs/results/benchmarks.md")
     parser.add_argument("--header", default="", help="host, versions and commands, as markdown")
     parser.add_argument("--padding", help="JSON lines written by bench/padding.py")
-    parser.add_argument("--sampler", action="append", default=[], help="JSON written by bench/sampler.py (repeatable)")
+    parser.add_argument("--sampler", action="append", default=[], help="JSON written by bench/sampler_cost.py (repeatable)")
     parser.add_argument("--step-profile", action="append", default=[],
                         help="JSON lines written by bench/step_profile.py in one run (repeatable: a table each)")
     parser.add_argument("--plots", help="folder for the PNGs (default: the report's folder)")

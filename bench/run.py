@@ -24,7 +24,7 @@ the same prompts and seeds, each measured run from an empty prefix cache
 (``POST /flush_cache``); a row keeps a digest of each request's output tokens,
 so the report counts the requests whose tokens every repetition reproduced.
 
-    python bench/run.py --shape qwen3-8b --workloads sharegpt,fixed-1024-128 --reps 3 \\
+    python -m bench.run --shape qwen3-8b --workloads sharegpt,fixed-1024-128 --reps 3 \\
         --out docs/results/bench/runs.jsonl
 """
 
@@ -41,12 +41,7 @@ import time
 import zlib
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import client  # noqa: E402
-import common  # noqa: E402
-import serverlog  # noqa: E402
-import workloads  # noqa: E402
+from bench import client, common, serverlog, workloads
 
 ARMS = {
     "STD": [],

@@ -12,7 +12,7 @@ per forward pass, a chunk of a long prompt included (S counts the chunked prompt
 chunks). A run's ``[S, T]`` pairs (``prefill_batches``) count its prefill iterations and the prompts
 each held; their T sum to the run's prompt tokens where nothing came from the prefix cache.
 
-``python bench/serverlog.py RUNS LOGS`` fills ``decode_steps`` and ``prefill_batches`` into the rows
+``python -m bench.serverlog RUNS LOGS`` fills ``decode_steps`` and ``prefill_batches`` into the rows
 of RUNS that lack them, from the arm logs ``LOGS/STUDY-ARM.log`` (or ``LOGS/ARM.log`` in a logs
 folder without study names), matching each row's run window with the log's timestamps
 (1 s resolution, UTC unless ``--log-utc-offset-hours``). A row keeps lacking what its window of the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Named benchmark slices, run in the order given; each appends to RESULTS and resumes where it stopped.
-# usage: bench/slices.sh RESULTS SLICE...      (then: python bench/report.py RESULTS/runs.jsonl ..., see README)
+# usage: bench/slices.sh RESULTS SLICE...      (then: python -m bench.report RESULTS/runs.jsonl ..., see README)
 # Slices:
 #   dense-core      qwen3-8b, STD/BI/CoRun side by side: sharegpt, azure-conv, fixed-1024-128 and
 #                   fixed-64-448 (a long pure-decode phase), 300 requests at concurrency 256, 3 reps
@@ -69,7 +69,7 @@ cd "$(dirname "$0")/.."
 results="$(realpath -m "$1")"; shift
 mkdir -p "$results/logs"
 lt_candidates=32,40,48,56,64,72,88,104,128,160,224  # dense-*-lt: one record for both, in RESULTS/logs
-base=(python3 bench/run.py --out "$results/runs.jsonl" --logs "$results/logs" ${DONE:+--done "$DONE"})
+base=(python3 -m bench.run --out "$results/runs.jsonl" --logs "$results/logs" ${DONE:+--done "$DONE"})
 status=0
 for spec in "$@"; do
     slice="${spec%%=*}"
@@ -88,17 +88,17 @@ for spec in "$@"; do
         dense-tiers-lt) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,64,256 --arms STD,CoRun-tiers \
             --arm-env CoRun-tiers=TORCH_BLAS_PREFER_CUBLASLT=1 --tier-candidates "$lt_candidates" \
             --workloads "$(only sharegpt)" ;;
-        dense-profile-lt) python3 bench/step_profile.py --shape qwen3-8b --arms CoRun-tiers,STD --loads 16,64 \
+        dense-profile-lt) python3 -m bench.step_profile --shape qwen3-8b --arms CoRun-tiers,STD --loads 16,64 \
             --arm-env CoRun-tiers=TORCH_BLAS_PREFER_CUBLASLT=1 --tier-candidates "$lt_candidates" \
             --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
         dense-ablation-c16) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16 \
             --arms STD,SplitKV-off,CoRun-tiers --static-gb 30 --workloads "$(only sharegpt)" ;;
         dense-tiers) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,64,256 --arms STD,CoRun,CoRun-tiers \
             --workloads "$(only sharegpt)" ;;
-        dense-profile) python3 bench/step_profile.py --shape qwen3-8b --arms CoRun,CoRun-tiers,STD,SplitKV-off \
+        dense-profile) python3 -m bench.step_profile --shape qwen3-8b --arms CoRun,CoRun-tiers,STD,SplitKV-off \
             --loads 16,64,256 \
             --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
-        dense-padding) python3 bench/padding.py --shape qwen3-8b --n 1,8,32,64,128,256 --reps 3 \
+        dense-padding) python3 -m bench.padding --shape qwen3-8b --n 1,8,32,64,128,256 --reps 3 \
             --out "$results/padding.jsonl" --logs "$results/logs" ;;
         moe-core) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --arm-args BI=--disable-prefill-cuda-graph \
@@ -131,22 +131,22 @@ for spec in "$@"; do
         moe-long) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
             --arm-args BI=--disable-prefill-cuda-graph \
             --workloads "$(only blazedit-synthetic,fixed-1024-2048,fixed-4096-128,fixed-4096-2048)" ;;
-        moe-profile) python3 bench/step_profile.py --shape qwen3-30b-a3b --arms CoRun,STD,BI --loads 16,64,256 \
+        moe-profile) python3 -m bench.step_profile --shape qwen3-30b-a3b --arms CoRun,STD,BI --loads 16,64,256 \
             --static-gb 120 --arm-args BI=--disable-prefill-cuda-graph \
             --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
-        moe-tiers) python3 bench/step_profile.py --shape qwen3-30b-a3b --arms CoRun-tiers,CoRun,STD --loads 16,64 \
+        moe-tiers) python3 -m bench.step_profile --shape qwen3-30b-a3b --arms CoRun-tiers,CoRun,STD --loads 16,64 \
             --static-gb 120 --tier-candidates 8,16,24,32,48,64,96,128,192 \
             --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
-        moe-padding) python3 bench/step_profile.py --shape qwen3-30b-a3b --arms CoRun,CoRun-moecompute,STD \
+        moe-padding) python3 -m bench.step_profile --shape qwen3-30b-a3b --arms CoRun,CoRun-moecompute,STD \
             --loads 16,64,256 --static-gb 120 --out "$results/step_profile.jsonl" --logs "$results/logs" ;;
         tp2-core) "${run[@]}" --shape qwen3-8b --tp-size 2 --reps 3 --concurrency 256 \
             --workloads "$(only sharegpt,fixed-64-448,azure-conv)" ;;
-        prefill-shapes) probe=(python3 bench/prefill_shapes.py --arms STD --needle-lens 64,1000,8,300
+        prefill-shapes) probe=(python3 -m bench.prefill_shapes --arms STD --needle-lens 64,1000,8,300
                                --totals 256,1024,2048,4096 --tiny-len 4 --out "$results/prefill_shapes.jsonl" --logs "$results/logs")
             "${probe[@]}" --shape qwen3-8b && "${probe[@]}" --shape qwen3-30b-a3b ;;
-        sampler) python3 bench/sampler.py --out "$results/sampler.json" \
-            && python3 bench/sampler.py --top-p 0.9 --top-k 50 --out "$results/sampler_filtered.json" \
-            && python3 bench/sampler.py --top-p 0.9 --out "$results/sampler_top_p.json" ;;
+        sampler) python3 -m bench.sampler_cost --out "$results/sampler.json" \
+            && python3 -m bench.sampler_cost --top-p 0.9 --top-k 50 --out "$results/sampler_filtered.json" \
+            && python3 -m bench.sampler_cost --top-p 0.9 --out "$results/sampler_top_p.json" ;;
         *) echo "unknown slice $slice"; exit 2 ;;
     esac
     status=$(( status || $? ))

@@ -15,7 +15,7 @@ kernel time is the time the GPU waited on the host. One row per (arm, load)
 goes to --out; arms already there for every load are skipped (a slice cut
 short resumes); ``bench/report.py --step-profile`` tables them.
 
-    python bench/step_profile.py --shape qwen3-8b --arms STD,CoRun --loads 16,256 \\
+    python -m bench.step_profile --shape qwen3-8b --arms STD,CoRun --loads 16,256 \\
         --out docs/results/bench/step_profile.jsonl
 """
 
@@ -33,13 +33,7 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import client  # noqa: E402
-import common  # noqa: E402
-import run  # noqa: E402
-import serverlog  # noqa: E402
-import workloads  # noqa: E402
+from bench import client, common, run, serverlog, workloads
 
 #: Kernel kinds, tried in order (case-insensitive): the first pattern that matches a kernel's name names
 #: its kind. Norms and rotary embeddings come before attention: FlashInfer names its own ones too.

@@ -2,7 +2,6 @@
 
 import asyncio
 import json
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -11,15 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-import client  # noqa: E402
-import common  # noqa: E402
-import prefill_shapes  # noqa: E402
-import report  # noqa: E402
-import run  # noqa: E402
-import serverlog  # noqa: E402
-import workloads  # noqa: E402
+from bench import client, common, prefill_shapes, report, run, serverlog, workloads
 
 
 def test_workloads_are_the_first_rows_and_fixed_shapes():
@@ -921,7 +912,7 @@ def test_slices_script_runs_only_the_named_workloads_of_a_split_slice(tmp_path):
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
     done = subprocess.run(["bash", str(script), str(tmp_path / "r"), "dense-core=sharegpt", "dense-core"],
                           capture_output=True, text=True, env=env)
-    runs = [line for line in done.stdout.splitlines() if line.startswith("bench/run.py")]
+    runs = [line for line in done.stdout.splitlines() if line.startswith("-m bench.run ")]
     assert done.returncode == 0 and len(runs) == 2
     assert runs[0].endswith("--workloads sharegpt")
     assert all("--study dense-core " in line for line in runs)
@@ -933,7 +924,7 @@ def test_slices_script_runs_only_the_named_workloads_of_a_split_slice(tmp_path):
 
 
 def test_admission_replay_counts_prefills_by_kind_and_decode_steps():
-    import admission
+    from bench import admission
 
     # pack 256 from 17 tokens: two 100-token prompts share a prefill, the third runs in a pack of its own;
     # each decodes 2 more tokens in 2 steps, all three at once
@@ -951,7 +942,7 @@ def test_admission_replay_counts_prefills_by_kind_and_decode_steps():
 
 
 def test_admission_table_compares_pack_sizes_and_waits(capsys):
-    import admission
+    from bench import admission
 
     assert admission.main(["--workloads", "fixed-64-448", "--requests", "6", "--pool", "100000",
                            "--pack", "128,256", "--wait", "0,4", "--shortest", "1"]) == 0
@@ -966,7 +957,7 @@ def test_waiting_for_kv_gathers_packs_of_one_into_fuller_packs():
     """A pool of three whole sequences, outputs of different lengths: the running requests free their KV a
     step apart, room for one waiting prompt each. Without a wait most prompts get a prefill of their own;
     waiting up to 4 passes gathers them two to a pack."""
-    import admission
+    from bench import admission
 
     pairs = [(100, 2), (100, 3), (100, 4), (100, 5), (100, 5), (100, 5)]
     pool = 3 * (100 + 5 + 1)
@@ -977,7 +968,7 @@ def test_waiting_for_kv_gathers_packs_of_one_into_fuller_packs():
 
 
 def test_gemm_tiers_keeps_the_sizes_whose_rows_match_the_full_batch(tmp_path):
-    import gemm_tiers
+    from bench import gemm_tiers
 
     # a GEMM whose rows change below 8 rows (as a library switching kernels would): only 8 and up match
     def switching(x, w):
@@ -1011,7 +1002,7 @@ def test_gemm_tiers_keeps_the_sizes_whose_rows_match_the_full_batch(tmp_path):
 
 
 def test_step_profile_sorts_kernels_into_kinds():
-    import step_profile
+    from bench import step_profile
 
     names = {
         "nvjet_tst_128x64_64x8_1x2_h_bz_coopA_TNT": "gemm",
@@ -1035,7 +1026,7 @@ def test_step_profile_sorts_kernels_into_kinds():
 
 
 def test_step_profile_names_the_graph_a_corun_server_replays():
-    import step_profile
+    from bench import step_profile
 
     assert step_profile.graph_slots([72, 128, 256], 16) == 72
     assert step_profile.graph_slots([72, 128, 256], 72) == 72
@@ -1046,7 +1037,7 @@ def test_step_profile_names_the_graph_a_corun_server_replays():
 def test_step_profile_sums_a_trace_per_step(tmp_path):
     import gzip
 
-    import step_profile
+    from bench import step_profile
 
     events = [
         {"ph": "X", "cat": "kernel", "name": "nvjet_gemm", "ts": 0.0, "dur": 600.0},
@@ -1075,7 +1066,7 @@ def test_step_profile_sums_a_trace_per_step(tmp_path):
 
 
 def test_step_profile_profiles_once_every_request_streams_then_drops_them(tmp_path):
-    import step_profile
+    from bench import step_profile
 
     server = _streaming_server()
     url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -1095,7 +1086,7 @@ def test_step_profile_profiles_once_every_request_streams_then_drops_them(tmp_pa
 
 
 def test_step_profile_profiles_the_load_a_server_runs_and_resumes_by_arm(tmp_path):
-    import step_profile
+    from bench import step_profile
 
     server = _streaming_server(capacity=2)  # as default SGLang at times runs 255 of 256
     url = f"http://127.0.0.1:{server.server_address[1]}"

@@ -1,14 +1,10 @@
 """Decode-step samples and prefill batches parsed from SGLang server logs (lines as SGLang 0.5.17 writes them)."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-import serverlog  # noqa: E402
+from bench import serverlog
 
 LOG = """\
 [2026-11-30 09:48:10 TP0] Prefill batch, #new-seq: 1, #new-token: 75, #cached-token: 0, token usage: 0.00, \

@@ -12,14 +12,11 @@ server logs and a summary are written there).
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from corun_sglang import tiers, verify_tiers
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +25,7 @@ N = 256
 
 def _gemm_differs(checkpoint: str, sizes: list[int]) -> set[int]:
     """Sizes whose rows of some linear layer of ``checkpoint`` differ from the N-row product."""
-    import gemm_tiers
+    from bench import gemm_tiers
 
     config = json.loads((Path(checkpoint) / "config.json").read_text())
     differ = set()

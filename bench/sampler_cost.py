@@ -6,7 +6,7 @@ distributed group). Arms are interleaved, ``--reps`` repetitions of
 ``--iters`` steps each, timed with CUDA events; the report gives medians and
 ratios to the default sampler. Writes JSON to ``--out``.
 
-    python bench/sampler.py --out docs/results/sampler.json
+    python -m bench.sampler_cost --out docs/results/sampler.json
 """
 
 from __future__ import annotations
@@ -14,13 +14,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import common  # noqa: E402
+from bench import common
 
 
 def _bare_sampler(cls, deterministic: bool):
