@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench import serverlog
+from bench import client, serverlog
 
 LOG = """\
 [2026-11-30 09:48:10 TP0] Prefill batch, #new-seq: 1, #new-token: 75, #cached-token: 0, token usage: 0.00, \
@@ -95,3 +95,17 @@ def test_backfill_reads_a_studys_own_log_before_the_arms_shared_one(tmp_path):
     assert serverlog.backfill(rows, tmp_path) == 4
     assert [r.get("prefill_batches") for r in rows] == [[[1, 9]], [[1, 75]], [[1, 75]], None]
     assert serverlog.log_name("s1", "STD") == "s1-STD.log" and serverlog.log_name("", "STD") == "STD.log"
+
+
+def test_the_decode_wave_is_what_the_server_ran_at_once(finished_request):
+    # default SGLang running 255 of 256, a KV pool holding 179 long requests, a closed loop overlapping
+    assert serverlog.decode_wave(256, [[120, 9e3], [255, 1e4]]) == 255
+    assert serverlog.decode_wave(256, [[179, 5e3]]) == 179
+    assert serverlog.decode_wave(16, [[18, 1e3]]) == 16 and serverlog.decode_wave(8, []) == 8
+    # default SGLang admitting 136, retracting, then running up to 152 once the first answers end
+    assert serverlog.decode_wave(256, [[136, 4e3], [136, 4e3], [133, 4e3], [20, 1e3], [152, 4e3]]) == 136
+    # with 2 of 3 running, the third waits for room: the two decode alone until the first ends
+    a, b = finished_request(0.0, [(1.0, 1), (2.0, 2), (3.0, 3)], 3.0), finished_request(0.0, [(1.0, 1), (2.0, 2), (3.5, 3)], 3.5)
+    waiting = finished_request(0.0, [(4.0, 1), (5.0, 2)], 5.0)
+    assert client.decode_step_throughput([a, b, waiting], wave=3) is None
+    assert client.decode_step_throughput([a, b, waiting], wave=serverlog.decode_wave(3, [[2, 1.0]])) == pytest.approx(2.0)

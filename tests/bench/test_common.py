@@ -1,0 +1,16 @@
+"""``bench/common.py``: the options and checkpoint every serving benchmark shares."""
+
+
+from bench import common
+
+
+def test_common_options_and_prepare_reuse_an_existing_checkpoint(tmp_path):
+    import argparse
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    parser = argparse.ArgumentParser()
+    common.add_options(parser, out=str(tmp_path / "o" / "runs.jsonl"), server_args="--x")
+    args = parser.parse_args(["--checkpoint", str(tmp_path / "ckpt"), "--logs", str(tmp_path / "logs")])
+    assert common.prepare(args) == tmp_path / "ckpt"
+    assert (tmp_path / "o").is_dir() and (tmp_path / "logs").is_dir() and args.server_args == "--x"
