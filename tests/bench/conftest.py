@@ -1,5 +1,5 @@
 """Shared by the ``bench`` tests: stand-ins for an SGLang server (a streaming ``/generate`` endpoint,
-``launch.Server``) and finished client records."""
+``launch.Server``), finished client records and benchmark rows."""
 
 import json
 import threading
@@ -155,3 +155,15 @@ def stand_in_server(monkeypatch):
 def finished_request():
     """Builds a finished ``client.Record`` from its start, its chunks' (arrival, tokens so far) and its end."""
     return _rec
+
+
+def _row(arm, rep, workload, tput, tokens=1000):
+    return {"shape": "qwen3-8b", "workload": workload, "concurrency": 256, "arm": arm, "rep": rep,
+            "output_throughput": tput, "output_tokens": tokens, "duration_s": tokens / tput,
+            "median_tpot_ms": 10.0, "median_ttft_ms": 100.0, "failed": 0}
+
+
+@pytest.fixture
+def bench_row():
+    """Builds a benchmark row of qwen3-8b at concurrency 256: arm, repetition, workload, output tok/s, tokens."""
+    return _row

@@ -1,16 +1,10 @@
-"""``bench/report.py``: medians, paired ratios, targets, tables and plots of benchmark rows."""
+"""``python -m bench.report``: the report it writes from benchmark rows, and its plots."""
 
 import json
 
 import pytest
 
-from bench import report, workloads
-
-
-def _row(arm, rep, workload, tput, tokens=1000):
-    return {"shape": "qwen3-8b", "workload": workload, "concurrency": 256, "arm": arm, "rep": rep,
-            "output_throughput": tput, "output_tokens": tokens, "duration_s": tokens / tput,
-            "median_tpot_ms": 10.0, "median_ttft_ms": 100.0, "failed": 0}
+from bench import report, report_rows
 
 
 def _report(tmp_path, rows, *args) -> str:
@@ -22,33 +16,33 @@ def _report(tmp_path, rows, *args) -> str:
     return out.read_text()
 
 
-def test_report_medians_ratios_aggregate_and_plot(tmp_path):
+def test_report_medians_ratios_aggregate_and_plot(tmp_path, bench_row):
     rows = []
     for rep in range(3):
         for w, (std, bi, corun) in {"sharegpt": (1000, 500, 900), "fixed-1024-128": (2000, 1800, 1900)}.items():
-            rows += [_row("STD", rep, w, std + rep), _row("BI", rep, w, bi + rep), _row("CoRun", rep, w, corun + rep)]
+            rows += [bench_row("STD", rep, w, std + rep), bench_row("BI", rep, w, bi + rep), bench_row("CoRun", rep, w, corun + rep)]
     text = _report(tmp_path, rows, "--header", "Host: test")
     assert "| sharegpt | 1001 (1000-1002) | 501 (500-502) | 901 (900-902) | 1.80 | 0.90 | 0.50 |" in text
     assert (tmp_path / "bench-qwen3-8b-c256.png").stat().st_size > 1000
     assert "Ablations" not in text
-    agg, names = report.aggregate(rows, "qwen3-8b", 256)
+    agg, names = report_rows.aggregate(rows, "qwen3-8b", 256)
     assert names == ["fixed-1024-128", "sharegpt"]
     assert agg["STD"] == pytest.approx(2000 / (1000 / 1001 + 1000 / 2001), rel=1e-6)
     # a workload some arm has not run yet stays out of every arm's aggregate
-    partial = rows + [_row("STD", rep, "azure-conv", 10) for rep in range(3)]
-    assert report.aggregate(partial, "qwen3-8b", 256) == (agg, names)
+    partial = rows + [bench_row("STD", rep, "azure-conv", 10) for rep in range(3)]
+    assert report_rows.aggregate(partial, "qwen3-8b", 256) == (agg, names)
 
 
-def test_report_counts_each_arms_prefill_iterations_and_the_prompts_they_held(tmp_path):
+def test_report_counts_each_arms_prefill_iterations_and_the_prompts_they_held(tmp_path, bench_row):
     # isolated prefill: one prompt an iteration (a long prompt in two chunks, each counted as SGLang
     # counts it: #new-seq 1); a pack: up to 3 prompts
     batches = {"CoRun": [[[1, 100]] * 4 + [[1, 8192], [1, 1808]]] * 3,
                "CoRun-tiers-pack": [[[3, 1024], [1, 1024], [1, 8192], [1, 1808]],
                                     [[3, 1024], [1, 1024], [1, 8192], [1, 1808]],
                                     [[2, 1024], [2, 1024], [1, 8192], [1, 1808]]]}
-    rows = [{**_row(arm, rep, "azure-conv", 1000), "prefill_batches": b}
+    rows = [{**bench_row(arm, rep, "azure-conv", 1000), "prefill_batches": b}
             for arm, runs in batches.items() for rep, b in enumerate(runs)]
-    rows += [_row("STD", rep, "azure-conv", 1000) for rep in range(3)]  # rows without them: no line
+    rows += [bench_row("STD", rep, "azure-conv", 1000) for rep in range(3)]  # rows without them: no line
     text = _report(tmp_path, rows)
     assert "Prefill iterations, from the servers' logs:" in text
     assert "| azure-conv | CoRun | 6 (6-6) | 1.00, 1 | 3 |" in text
@@ -56,12 +50,12 @@ def test_report_counts_each_arms_prefill_iterations_and_the_prompts_they_held(tm
     assert "| azure-conv | STD |" not in text.split("Prefill iterations")[1]
 
 
-def test_report_tables_decode_steps_by_load_and_prices_fixed_shapes(tmp_path):
+def test_report_tables_decode_steps_by_load_and_prices_fixed_shapes(tmp_path, bench_row):
     # STD: 5 ms steps at 4 running, 10 ms at 200; CoRun: 12 ms at any load (one N-slot graph);
     # CoRun-tiers: 6 ms at 4 running (a smaller graph), 12 ms at 200
     steps = {"STD": [[4, 800.0], [200, 20000.0]], "CoRun": [[4, 4 / 0.012], [200, 200 / 0.012]],
              "CoRun-tiers": [[4, 4 / 0.006], [200, 200 / 0.012]]}
-    rows = [{**_row(arm, rep, "sharegpt", 1000), "decode_steps": steps[arm]} for rep in range(3) for arm in steps]
+    rows = [{**bench_row(arm, rep, "sharegpt", 1000), "decode_steps": steps[arm]} for rep in range(3) for arm in steps]
     runs = tmp_path / "runs.jsonl"
     runs.write_text("\n".join(json.dumps(r) for r in rows))
     notes = tmp_path / "notes.md"
@@ -79,11 +73,11 @@ def test_report_tables_decode_steps_by_load_and_prices_fixed_shapes(tmp_path):
     assert (tmp_path / "bench" / "bench-qwen3-8b-c256.png").exists()
 
 
-def test_report_checks_targets_on_paired_repetitions_and_tables_the_sampler(tmp_path):
+def test_report_checks_targets_on_paired_repetitions_and_tables_the_sampler(tmp_path, bench_row):
     rows = []
     for rep, (std, bi, corun) in enumerate([(1000, 500, 900), (1100, 520, 700), (1000, 480, 950)]):
-        rows += [_row("STD", rep, "sharegpt", std), _row("BI", rep, "sharegpt", bi), _row("CoRun", rep, "sharegpt", corun)]
-        rows += [{**_row(arm, rep, "fixed-64-448", 1000), "decode_phase_throughput": d}
+        rows += [bench_row("STD", rep, "sharegpt", std), bench_row("BI", rep, "sharegpt", bi), bench_row("CoRun", rep, "sharegpt", corun)]
+        rows += [{**bench_row(arm, rep, "fixed-64-448", 1000), "decode_phase_throughput": d}
                  for arm, d in (("STD", 2000), ("CoRun", 1900 + rep))]
     runs = tmp_path / "runs.jsonl"
     runs.write_text("\n".join(json.dumps(r) for r in rows))
@@ -100,11 +94,11 @@ def test_report_checks_targets_on_paired_repetitions_and_tables_the_sampler(tmp_
     assert "| decode phase: CoRun >= 0.9x STD | - | qwen3-8b | fixed-64-448 | 256 | 0.95 (0.95-0.95) | yes |" in text
     assert "BI where BI is slower than STD | qwen3-8b | fixed-64-448" not in text  # no BI arm there
     assert "| 256 x 151936 | 0.9 | 50 | corun | 0.500 | 0.50 |" in text
-    assert report.paired_ratios(rows, ("qwen3-8b", "sharegpt", 256), "STD", "CoRun")[1] == pytest.approx(1100 / 700)
+    assert report_rows.paired_ratios(rows, ("qwen3-8b", "sharegpt", 256), "STD", "CoRun")[1] == pytest.approx(1100 / 700)
 
 
-def test_a_missed_target_shows_the_digits_that_tell_it_from_the_target(tmp_path):
-    rows = [{**_row(arm, rep, "fixed-64-448", 1000), "decode_phase_throughput": d}
+def test_a_missed_target_shows_the_digits_that_tell_it_from_the_target(tmp_path, bench_row):
+    rows = [{**bench_row(arm, rep, "fixed-64-448", 1000), "decode_phase_throughput": d}
             for rep in range(3) for arm, d in (("STD", 2000), ("CoRun", 1798))]
     runs, out = tmp_path / "runs.jsonl", tmp_path / "benchmarks.md"
     runs.write_text("\n".join(json.dumps(r) for r in rows))
@@ -113,8 +107,8 @@ def test_a_missed_target_shows_the_digits_that_tell_it_from_the_target(tmp_path)
         in out.read_text()
 
 
-def test_the_decode_phase_table_shows_the_pack_arm_beside_the_others(tmp_path):
-    rows = [{**_row(arm, rep, "fixed-64-448", 1000), "decode_phase_throughput": d, "study": "pack"}
+def test_the_decode_phase_table_shows_the_pack_arm_beside_the_others(tmp_path, bench_row):
+    rows = [{**bench_row(arm, rep, "fixed-64-448", 1000), "decode_phase_throughput": d, "study": "pack"}
             for rep in range(3) for arm, d in (("STD", 2000), ("BI", 1000), ("CoRun", 1800), ("CoRun-tiers-pack", 1900))]
     text = _report(tmp_path, rows)
     assert "| CoRun/STD | CoRun/BI | CoRun-tiers/STD | CoRun-tiers-pack/STD |" in text
@@ -122,14 +116,14 @@ def test_the_decode_phase_table_shows_the_pack_arm_beside_the_others(tmp_path):
             "| - | 1900 (1900-1900) | 0.90 | 1.80 | - | 0.95 |") in text
 
 
-def test_report_tables_each_step_profile_run_on_its_own(tmp_path):
+def test_report_tables_each_step_profile_run_on_its_own(tmp_path, bench_row):
     def prof(arm, load, span, kv):
         return {"shape": "qwen3-8b", "arm": arm, "load": load, "running": load, "kv_tokens": kv,
                 "span_ms_per_step": span, "kernel_ms_per_step": span - 0.5, "by_kind_ms": {"attention": 1.0},
                 **({"graph_slots": 256} if arm == "CoRun" else {})}
 
     runs = tmp_path / "runs.jsonl"
-    runs.write_text(json.dumps(_row("STD", 0, "sharegpt", 1000)))
+    runs.write_text(json.dumps(bench_row("STD", 0, "sharegpt", 1000)))
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     first.write_text("\n".join(json.dumps(r) for r in (prof("STD", 16, 6.0, 8704), prof("CoRun", 16, 9.0, 8704))))
     second.write_text(json.dumps(prof("CoRun", 16, 10.0, 8704)))  # another run's rows stay in their own table
@@ -142,24 +136,24 @@ def test_report_tables_each_step_profile_run_on_its_own(tmp_path):
     assert "| qwen3-8b | 16 | CoRun | 256 | 8,704 | 10.00 |" in tables[1]
 
 
-def test_report_lists_ablations_relative_to_std(tmp_path):
-    rows = [_row("STD", 0, "sharegpt", 1000), _row("SplitKV-off", 0, "sharegpt", 950),
-            _row("SplitKV-off+IsoPrefill", 0, "sharegpt", 920), _row("CoRun", 0, "sharegpt", 900)]
+def test_report_lists_ablations_relative_to_std(tmp_path, bench_row):
+    rows = [bench_row("STD", 0, "sharegpt", 1000), bench_row("SplitKV-off", 0, "sharegpt", 950),
+            bench_row("SplitKV-off+IsoPrefill", 0, "sharegpt", 920), bench_row("CoRun", 0, "sharegpt", 900)]
     assert "| - | qwen3-8b | sharegpt | 256 | 0.95 | 0.92 | 0.90 |" in _report(tmp_path, rows)
 
 
-def test_report_tables_decode_tiers_and_checks_their_targets(tmp_path):
-    rows = [_row("STD", 0, "sharegpt", 1000), _row("CoRun", 0, "sharegpt", 600),
-            {**_row("CoRun-tiers", 0, "sharegpt", 850), "decode_tiers": [72, 128]}]
+def test_report_tables_decode_tiers_and_checks_their_targets(tmp_path, bench_row):
+    rows = [bench_row("STD", 0, "sharegpt", 1000), bench_row("CoRun", 0, "sharegpt", 600),
+            {**bench_row("CoRun-tiers", 0, "sharegpt", 850), "decode_tiers": [72, 128]}]
     text = _report(tmp_path, rows)
     assert "| - | qwen3-8b | sharegpt | 256 | 0.60 | 0.85 | 1.42 | 10.0 / 10.0 / 10.0 | 72, 128 | - |" in text
     assert "| CoRun-tiers >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.85 (0.85-0.85) | yes |" in text
     assert "| CoRun >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | **no** |" in text
 
 
-def test_report_checks_the_targets_of_corun_with_a_prefill_pack(tmp_path):
-    rows = [_row("STD", 0, "fixed-64-448", 1000), _row("BI", 0, "fixed-64-448", 600),
-            _row("CoRun-tiers", 0, "fixed-64-448", 760), {**_row("CoRun-tiers-pack", 0, "fixed-64-448", 810),
+def test_report_checks_the_targets_of_corun_with_a_prefill_pack(tmp_path, bench_row):
+    rows = [bench_row("STD", 0, "fixed-64-448", 1000), bench_row("BI", 0, "fixed-64-448", 600),
+            bench_row("CoRun-tiers", 0, "fixed-64-448", 760), {**bench_row("CoRun-tiers-pack", 0, "fixed-64-448", 810),
                                                            "prefill_pack": 1024}]
     text = _report(tmp_path, rows)
     assert ("| CoRun-tiers-pack >= 1.3x BI where BI is slower than STD | - | qwen3-8b | fixed-64-448 | 256 "
@@ -169,18 +163,18 @@ def test_report_checks_the_targets_of_corun_with_a_prefill_pack(tmp_path):
     assert "STD 1000, BI 600, CoRun-tiers 760, CoRun-tiers-pack 810" in text
 
 
-def test_report_checks_the_targets_of_packs_waiting_for_kv(tmp_path):
-    rows = [_row("STD", 0, "sharegpt", 1000), {**_row("CoRun-tiers-pack", 0, "sharegpt", 790), "prefill_pack": 1024},
-            {**_row("CoRun-tiers-pack-wait", 0, "sharegpt", 830), "prefill_pack": 1024}]
+def test_report_checks_the_targets_of_packs_waiting_for_kv(tmp_path, bench_row):
+    rows = [bench_row("STD", 0, "sharegpt", 1000), {**bench_row("CoRun-tiers-pack", 0, "sharegpt", 790), "prefill_pack": 1024},
+            {**bench_row("CoRun-tiers-pack-wait", 0, "sharegpt", 830), "prefill_pack": 1024}]
     text = _report(tmp_path, rows)
     assert ("| CoRun-tiers-pack-wait >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 "
             "| 0.83 (0.83-0.83) | yes |") in text
     assert "| CoRun-tiers-pack >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.79" in text
 
 
-def test_a_study_without_std_judges_bi_slower_than_std_by_the_other_studies(tmp_path):
+def test_a_study_without_std_judges_bi_slower_than_std_by_the_other_studies(tmp_path, bench_row):
     def row(study, arm, tput):
-        return {**_row(arm, 0, "fixed-64-448", tput), "study": study}
+        return {**bench_row(arm, 0, "fixed-64-448", tput), "study": study}
 
     # BI is slower than STD where both ran (study "a"); study "b" ran no STD: its ratio stays its own
     rows = [row("a", "STD", 1000), row("a", "BI", 600), row("a", "CoRun", 700),
@@ -192,57 +186,10 @@ def test_a_study_without_std_judges_bi_slower_than_std_by_the_other_studies(tmp_
     assert "CoRun-tiers-pack >= 1.3x BI" not in _report(tmp_path, rows)
 
 
-def test_report_counts_the_requests_corun_and_its_tiers_agree_on():
-    def row(arm, rep, digests, seed=7):
-        return {**_row(arm, rep, "sharegpt", 100.0), "prompt_seed": seed, "output_digests": digests}
-
-    key = ("qwen3-8b", "sharegpt", 256)
-    rows = [row("CoRun", 0, ["a", "b", "c"]), row("CoRun-tiers", 0, ["a", "b", "c"]),
-            row("CoRun", 1, ["a", "b", "c"]), row("CoRun-tiers", 1, ["a", "x", "c"]),
-            row("STD", 0, ["q", "r", "s"]),  # another arm: not compared
-            row("CoRun-tiers", 2, ["z", "z", "z"], seed=8)]  # prompts CoRun did not serve
-    assert report.tiers_agree(rows, key) == "2 of 3 (4 runs)"
-    assert report.tiers_agree(rows[:1] + rows[-1:], key) == "-"
-    rows.append(row("CoRun", 2, ["z", "z", "z"], seed=8))
-    assert report.tiers_agree(rows, key) == "5 of 6 (6 runs)"
-
-
-def test_report_counts_the_requests_every_repetition_reproduced():
-    def row(arm, rep, digests, seed=7, study="s"):
-        return {**_row(arm, rep, "sharegpt", 100.0), "study": study, "prompt_seed": seed, "output_digests": digests}
-
-    rows = [row("STD", 0, ["a", "b", "c"]), row("STD", 1, ["a", "x", "c"]), row("STD", 2, ["a", "b", None]),
-            row("CoRun", 0, ["a", "b", "c"]), row("CoRun", 1, ["a", "b", "c"]),
-            row("BI", 0, ["a", "b", "c"]),  # one repetition: nothing to compare
-            row("BI", 1, ["a", "b", "c"], seed=8),  # other prompts
-            {**_row("CoRun", 2, "sharegpt", 100.0), "study": "s"}]  # written before digests
-    table = report.repeats_table({"s": (rows, report.cells(rows))})
-    assert table[2:] == ["| s | qwen3-8b | sharegpt | 256 | STD | 3 | 1 | 1 of 3 | - |",
-                         "| s | qwen3-8b | sharegpt | 256 | CoRun | 2 | 1 | 3 of 3 | - |"]
-    assert report.repeats_table({"s": (rows[-1:], {})}) == []
-    # BI on two GPUs: the two repetitions of the second differ in a request the first agrees with
-    bi = [{**row("BI", rep, digests), "gpu_uuid": gpu} for rep, (gpu, digests) in
-          enumerate([("GPU-a", ["a", "b", "c"]), ("GPU-b", ["a", "b", "c"]), ("GPU-b", ["a", "y", "c"])])]
-    assert report.repeats_table({"s": (bi, report.cells(bi))})[2:] == [
-        "| s | qwen3-8b | sharegpt | 256 | BI | 3 | 2 | 2 of 3 | 2 of 3 (2) |"]
-
-
-def test_report_covers_the_matrix_cell_by_cell():
-    rows = [_row(arm, rep, "sharegpt", 1000) for arm in report.ARMS for rep in range(3)]
-    rows += [_row(arm, 0, "fixed-1024-128", 1000) for arm in report.ARMS] + [_row("STD", 1, "fixed-1024-128", 900)]
-    pair = [_row(arm, rep, "azure-conv", 1000) for arm in ("STD", "CoRun") for rep in range(3)]
-    lines = report.coverage_table({"core": (rows, report.cells(rows)), "pair": (pair, report.cells(pair))})
-    assert "| qwen3-8b | azure-conv | not yet |" in lines  # without BI, no cell of the matrix
-    assert "| qwen3-8b | sharegpt | core (3) |" in lines
-    assert "| qwen3-8b | fixed-1024-128 | core (1) |" in lines  # repetition 1 ran STD alone
-    assert "| qwen3-8b | fixed-4096-2048 | not yet |" in lines and "| qwen3-30b-a3b | sharegpt | not yet |" in lines
-    assert len(lines) == 2 + 2 * len(workloads.ALL)
-
-
-def test_report_compares_arms_only_within_a_study(tmp_path):
-    rows = [{**_row(arm, rep, "sharegpt", t), "study": "core"}
+def test_report_compares_arms_only_within_a_study(tmp_path, bench_row):
+    rows = [{**bench_row(arm, rep, "sharegpt", t), "study": "core"}
             for rep in range(3) for arm, t in (("STD", 1000), ("BI", 400), ("CoRun", 800))]
-    rows += [{**_row(arm, rep, "sharegpt", t), "study": "ablation"}  # another GPU: slower for every arm
+    rows += [{**bench_row(arm, rep, "sharegpt", t), "study": "ablation"}  # another GPU: slower for every arm
              for rep in range(3) for arm, t in (("STD", 500), ("SplitKV-off", 450), ("CoRun", 300))]
     text = _report(tmp_path, rows)
     assert "## core: qwen3-8b, concurrency 256" in text and "## ablation: qwen3-8b, concurrency 256" in text
@@ -254,8 +201,8 @@ def test_report_compares_arms_only_within_a_study(tmp_path):
         assert (tmp_path / png).stat().st_size > 1000
 
 
-def test_a_study_of_corun_with_tiers_alone_shows_it_in_corun_columns(tmp_path):
-    rows = [{**_row(arm, rep, "fixed-64-448", t), "study": "tiers-bi"}
+def test_a_study_of_corun_with_tiers_alone_shows_it_in_corun_columns(tmp_path, bench_row):
+    rows = [{**bench_row(arm, rep, "fixed-64-448", t), "study": "tiers-bi"}
             for rep in range(3) for arm, t in (("STD", 1000), ("BI", 600), ("CoRun-tiers", 840))]
     text = _report(tmp_path, rows)
     assert "| workload | STD tok/s | BI tok/s | CoRun-tiers tok/s | CoRun-tiers/BI | CoRun-tiers/STD | BI/STD |" in text
@@ -263,8 +210,8 @@ def test_a_study_of_corun_with_tiers_alone_shows_it_in_corun_columns(tmp_path):
     assert "CoRun-tiers/BI 1.40, CoRun-tiers/STD 0.84" in text
 
 
-def test_a_study_shows_every_arm_beside_corun_with_its_ratios(tmp_path):
-    rows = [{**_row(arm, rep, "fixed-64-448", t), "study": "pack"}
+def test_a_study_shows_every_arm_beside_corun_with_its_ratios(tmp_path, bench_row):
+    rows = [{**bench_row(arm, rep, "fixed-64-448", t), "study": "pack"}
             for rep in range(3) for arm, t in (("STD", 1000), ("BI", 500), ("CoRun", 600), ("CoRun-tiers-pack", 1100))]
     text = _report(tmp_path, rows)
     assert "| fixed-64-448 | 1000 (1000-1000) | 500 (500-500) | 600 (600-600) | 1.20 | 0.60 | 0.50 |" in text
@@ -273,46 +220,18 @@ def test_a_study_shows_every_arm_beside_corun_with_its_ratios(tmp_path):
     assert "CoRun/BI 1.20, CoRun/STD 0.60; CoRun-tiers-pack/BI 2.20, CoRun-tiers-pack/STD 1.10" in text
 
 
-def test_the_report_prefers_the_servers_own_decode_throughput_over_the_clients(tmp_path):
-    # samples of 40 steps: the ramp, three of the whole wave (255 of 256 still counts; 40 steps of
-    # 256 at 10240 tok/s take 1 s), then the wave's remainder
-    steps = [[100, 5000.0], [256, 10240.0], [256, 10240.0], [255, 7000.0], [44, 2000.0]]
-    rows = [{**_row("STD", 0, "fixed-64-448", 1000), "decode_wave": 256, "decode_steps": steps,
-             "decode_phase_s": 10.0, "decode_step_throughput": 4e6},  # a client that fell behind its streams
-            {**_row("CoRun", 0, "fixed-64-448", 1000), "decode_wave": 256, "decode_steps": steps[3:],
-             "decode_phase_s": 10.0, "decode_step_throughput": 7500.0},  # one sample of the whole wave: too few
-            {**_row("STD", 0, "sharegpt", 1000), "decode_wave": 256, "decode_steps": steps * 3,
-             "decode_phase_s": 1.5, "decode_step_throughput": 9000.0},  # a phase one sample long
-            {**_row("BI", 0, "fixed-64-448", 1000), "decode_phase_throughput": 6000.0}]
-    out = tmp_path / "runs.jsonl"
-    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    got = {(r["arm"], r["workload"]): (r["decode_phase"], r["decode_measure"]) for r in report.load(out)}
-    assert got == {("STD", "fixed-64-448"): (10240.0, "log"), ("CoRun", "fixed-64-448"): (7500.0, "steps"),
-                   ("STD", "sharegpt"): (9000.0, "steps"), ("BI", "fixed-64-448"): (6000.0, "window")}
-
-
-def test_the_logged_decode_phase_is_the_first_waves_not_a_larger_later_one(tmp_path):
-    # default SGLang admits 136 requests of 6,144 tokens, retracts some once its pool fills, and runs
-    # 152 once the first answers end; the run stored that 152 as its wave
-    steps = [[136, 4400.0], [136, 4400.0], [136, 4300.0], [133, 4000.0], [20, 1000.0], [152, 4600.0], [152, 4600.0]]
-    out = tmp_path / "runs.jsonl"
-    out.write_text(json.dumps({**_row("STD", 0, "fixed-4096-2048", 1000), "decode_wave": 152, "decode_steps": steps}) + "\n")
-    (row,) = report.load(out)
-    assert (row["decode_phase"], row["decode_measure"]) == (4400.0, "log")
-
-
-def test_a_decode_phase_of_fewer_steps_than_a_log_interval_is_not_measured(tmp_path):
+def test_a_decode_phase_of_fewer_steps_than_a_log_interval_is_not_measured(tmp_path, bench_row):
     # azure-conv's first wave decodes together for 10 steps (0.4 s at 6400 tok/s, a wave of 256);
     # fixed-1024-128's for 100
-    rows = [{**_row(arm, 0, "azure-conv", 1000), "decode_wave": 256, "decode_steps": [],
+    rows = [{**bench_row(arm, 0, "azure-conv", 1000), "decode_wave": 256, "decode_steps": [],
              "decode_phase_s": 0.4, "decode_phase_throughput": 6400.0, "decode_step_throughput": rate}
             for arm, rate in (("STD", 9000.0), ("BI", 6000.0), ("CoRun", 3000.0))]
-    rows += [{**_row(arm, 0, "fixed-1024-128", 1000), "decode_wave": 256, "decode_steps": [],
+    rows += [{**bench_row(arm, 0, "fixed-1024-128", 1000), "decode_wave": 256, "decode_steps": [],
               "decode_phase_s": 4.0, "decode_phase_throughput": 6400.0, "decode_step_throughput": rate}
              for arm, rate in (("STD", 9000.0), ("BI", 6000.0), ("CoRun", 8500.0))]
     runs, out = tmp_path / "runs.jsonl", tmp_path / "benchmarks.md"
     runs.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    got = {(r["arm"], r["workload"]): (r["decode_phase"], r["decode_measure"]) for r in report.load(runs)}
+    got = {(r["arm"], r["workload"]): (r["decode_phase"], r["decode_measure"]) for r in report_rows.load(runs)}
     assert got[("CoRun", "azure-conv")] == (None, "short")
     assert got[("CoRun", "fixed-1024-128")] == (8500.0, "steps")
     assert report.main([str(runs), "--out", str(out)]) == 0
@@ -324,12 +243,12 @@ def test_a_decode_phase_of_fewer_steps_than_a_log_interval_is_not_measured(tmp_p
     assert "decode phase: CoRun >= 0.9x STD | - | qwen3-8b | fixed-1024-128 | 256 | 0.94" in text
 
 
-def test_report_decode_phase_timelines_sweep_and_padding(tmp_path):
+def test_report_decode_phase_timelines_sweep_and_padding(tmp_path, bench_row):
     rows = []
     for rep in range(3):
         for c, scale in ((64, 0.5), (256, 1.0)):
             for arm, tput, decode in (("STD", 1000, 4000), ("BI", 500, 2000), ("CoRun", 900, 3800)):
-                row = _row(arm, rep, "fixed-64-448", tput * scale + rep)
+                row = bench_row(arm, rep, "fixed-64-448", tput * scale + rep)
                 row.update(concurrency=c, decode_phase_throughput=decode + rep,
                            timeline=[[0.0, 5000.0, 0.0], [1.0, 0.0, float(decode)]])
                 if c == 64:  # rows that also measured full decode steps report those
@@ -355,7 +274,7 @@ def test_report_decode_phase_timelines_sweep_and_padding(tmp_path):
         assert f"]({png})" in text and (tmp_path / png).stat().st_size > 1000
 
 
-def test_report_tables_step_profiles(tmp_path):
+def test_report_tables_step_profiles(tmp_path, bench_row):
     rows = [{"shape": "qwen3-8b", "arm": arm, "load": 16, "span_ms_per_step": span, "kernel_ms_per_step": kern,
              "by_kind_ms": {"gemm": gemm, "attention": 1.0}} for arm, span, kern, gemm in
             (("CoRun-tiers", 8.0, 7.5, 5.0), ("STD", 6.4, 6.0, 4.0), ("STD", 6.5, 6.0, 4.0))]
@@ -364,7 +283,7 @@ def test_report_tables_step_profiles(tmp_path):
     profile = tmp_path / "step_profile.jsonl"
     profile.write_text("\n".join(json.dumps(r) for r in rows))
     runs = tmp_path / "runs.jsonl"
-    runs.write_text(json.dumps(_row("STD", 0, "sharegpt", 1000)))
+    runs.write_text(json.dumps(bench_row("STD", 0, "sharegpt", 1000)))
     out = tmp_path / "benchmarks.md"
     assert report.main([str(runs), "--out", str(out), "--step-profile", str(profile)]) == 0
     text = out.read_text()

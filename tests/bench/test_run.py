@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import report, run, workloads
+from bench import report_rows, run, workloads
 
 
 def test_schedule_rotates_arms_and_resume_skips_whole_repetitions_only(tmp_path):
@@ -111,7 +111,7 @@ def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_t
     assert run.main(argv) == 0
     again = [json.loads(line) for line in out.read_text().splitlines()[3:]]
     assert sorted((r["arm"], r["rep"]) for r in again) == [("CoRun", cut), ("STD", cut)]
-    kept = report.load(out)
+    kept = report_rows.load(out)
     assert len(kept) == 4 and {r["time"] for r in kept if r["rep"] == cut} == {r["time"] for r in again}
     out.write_text("\n".join(lines) + "\n")
     assert {r["study"] for r in rows} == {"s1"}

@@ -1,0 +1,50 @@
+"""``bench/report_tables.py``: the matrix coverage and the requests each arm reproduced."""
+
+from bench import report_rows, report_tables, workloads
+
+
+def test_report_counts_the_requests_corun_and_its_tiers_agree_on(bench_row):
+    def row(arm, rep, digests, seed=7):
+        return {**bench_row(arm, rep, "sharegpt", 100.0), "prompt_seed": seed, "output_digests": digests}
+
+    key = ("qwen3-8b", "sharegpt", 256)
+    rows = [row("CoRun", 0, ["a", "b", "c"]), row("CoRun-tiers", 0, ["a", "b", "c"]),
+            row("CoRun", 1, ["a", "b", "c"]), row("CoRun-tiers", 1, ["a", "x", "c"]),
+            row("STD", 0, ["q", "r", "s"]),  # another arm: not compared
+            row("CoRun-tiers", 2, ["z", "z", "z"], seed=8)]  # prompts CoRun did not serve
+    assert report_tables.tiers_agree(rows, key) == "2 of 3 (4 runs)"
+    assert report_tables.tiers_agree(rows[:1] + rows[-1:], key) == "-"
+    rows.append(row("CoRun", 2, ["z", "z", "z"], seed=8))
+    assert report_tables.tiers_agree(rows, key) == "5 of 6 (6 runs)"
+
+
+def test_report_counts_the_requests_every_repetition_reproduced(bench_row):
+    def row(arm, rep, digests, seed=7, study="s"):
+        return {**bench_row(arm, rep, "sharegpt", 100.0), "study": study, "prompt_seed": seed, "output_digests": digests}
+
+    rows = [row("STD", 0, ["a", "b", "c"]), row("STD", 1, ["a", "x", "c"]), row("STD", 2, ["a", "b", None]),
+            row("CoRun", 0, ["a", "b", "c"]), row("CoRun", 1, ["a", "b", "c"]),
+            row("BI", 0, ["a", "b", "c"]),  # one repetition: nothing to compare
+            row("BI", 1, ["a", "b", "c"], seed=8),  # other prompts
+            {**bench_row("CoRun", 2, "sharegpt", 100.0), "study": "s"}]  # written before digests
+    table = report_tables.repeats_table({"s": (rows, report_rows.cells(rows))})
+    assert table[2:] == ["| s | qwen3-8b | sharegpt | 256 | STD | 3 | 1 | 1 of 3 | - |",
+                         "| s | qwen3-8b | sharegpt | 256 | CoRun | 2 | 1 | 3 of 3 | - |"]
+    assert report_tables.repeats_table({"s": (rows[-1:], {})}) == []
+    # BI on two GPUs: the two repetitions of the second differ in a request the first agrees with
+    bi = [{**row("BI", rep, digests), "gpu_uuid": gpu} for rep, (gpu, digests) in
+          enumerate([("GPU-a", ["a", "b", "c"]), ("GPU-b", ["a", "b", "c"]), ("GPU-b", ["a", "y", "c"])])]
+    assert report_tables.repeats_table({"s": (bi, report_rows.cells(bi))})[2:] == [
+        "| s | qwen3-8b | sharegpt | 256 | BI | 3 | 2 | 2 of 3 | 2 of 3 (2) |"]
+
+
+def test_report_covers_the_matrix_cell_by_cell(bench_row):
+    rows = [bench_row(arm, rep, "sharegpt", 1000) for arm in report_rows.ARMS for rep in range(3)]
+    rows += [bench_row(arm, 0, "fixed-1024-128", 1000) for arm in report_rows.ARMS] + [bench_row("STD", 1, "fixed-1024-128", 900)]
+    pair = [bench_row(arm, rep, "azure-conv", 1000) for arm in ("STD", "CoRun") for rep in range(3)]
+    lines = report_tables.coverage_table({"core": (rows, report_rows.cells(rows)), "pair": (pair, report_rows.cells(pair))})
+    assert "| qwen3-8b | azure-conv | not yet |" in lines  # without BI, no cell of the matrix
+    assert "| qwen3-8b | sharegpt | core (3) |" in lines
+    assert "| qwen3-8b | fixed-1024-128 | core (1) |" in lines  # repetition 1 ran STD alone
+    assert "| qwen3-8b | fixed-4096-2048 | not yet |" in lines and "| qwen3-30b-a3b | sharegpt | not yet |" in lines
+    assert len(lines) == 2 + 2 * len(workloads.ALL)
