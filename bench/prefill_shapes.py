@@ -28,13 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from bench import common, run
 from corun_sglang import verify_packing
+from corun_sglang.tools import generate
 
-FIRST_TOKEN = 100
-VOCAB = 150000
 #: Requests per packing at most: well below the server's 256 running requests, so each packing can be
 #: one prefill batch.
 MAX_REQUESTS = 128
@@ -97,23 +94,22 @@ def probe(url: str, log: Path, needle: list[int], lengths: list[int],
     """Send one batched request (``-1`` in ``lengths`` marks the needle); the needle's result, the
     prefill batches the server logged for it and the request's wall seconds (an upper bound on the
     prefill's time: it includes the HTTP round trip)."""
-    prompts = [needle if n == -1 else [rnd.randrange(FIRST_TOKEN, VOCAB) for _ in range(n)] for n in lengths]
+    prompts = [needle if n == -1 else generate.token_ids(rnd, n) for n in lengths]
     seen = len(log.read_text(errors="replace"))
     body = {"input_ids": prompts, "return_logprob": True, "logprob_start_len": 0,
             "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
     start = time.perf_counter()
-    reply = httpx.post(url + "/generate", json=body, timeout=600)
+    reply = generate.post(url, body, 600)
     seconds = time.perf_counter() - start
-    reply.raise_for_status()
     time.sleep(0.5)  # the scheduler's log line follows the reply
     batches = [(int(a), int(b)) for a, b in PREFILL.findall(log.read_text(errors="replace")[seen:])]
-    return needle_result(reply.json()[lengths.index(-1)]["meta_info"]), batches, seconds
+    return needle_result(reply[lengths.index(-1)]["meta_info"]), batches, seconds
 
 
 def study(url: str, log: Path, needle_len: int, totals: list[int], seed: int, tiny: int = 0) -> dict:
     """One needle alone, then in every packing of each total: the results as the module docstring gives them."""
     rnd = random.Random(seed)
-    needle = [rnd.randrange(FIRST_TOKEN, VOCAB) for _ in range(needle_len)]
+    needle = generate.token_ids(rnd, needle_len)
     alone, alone_batches, alone_seconds = probe(url, log, needle, [-1], rnd)
     out = {"alone_batches": alone_batches, "alone_digest": digest(alone), "alone_seconds": alone_seconds,
            "totals": {}}

@@ -8,8 +8,9 @@ the same requests.
 from __future__ import annotations
 
 import csv
-import random
 from pathlib import Path
+
+from corun_sglang.tools import generate
 
 FOLDER = Path(__file__).parent / "workloads"
 TRACES = {
@@ -38,6 +39,6 @@ def lengths(name: str, count: int = 300) -> list[tuple[int, int]]:
     return rows[:count]
 
 
-def prompts(pairs: list[tuple[int, int]], seed: int = 0, vocab: int = 150000) -> list[list[int]]:
-    rnd = random.Random(seed)
-    return [[rnd.randrange(100, vocab) for _ in range(i)] for i, _ in pairs]
+def prompts(pairs: list[tuple[int, int]], seed: int = 0, vocab: int = generate.VOCAB) -> list[list[int]]:
+    """A token-id prompt of each pair's input length, from ``seed`` (``generate.sized_prompts``)."""
+    return generate.sized_prompts([i for i, _ in pairs], seed, vocab)

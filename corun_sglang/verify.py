@@ -18,24 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from corun_sglang.compare import Generation, first_divergence
+from corun_sglang.tools.generate import WORDS, text_prompts  # noqa: F401 (WORDS: the words of the prompts)
 
-WORDS = (
-    "the of and to in is that for it as was with be by on not he this are or his from at which "
-    "but have an they you were her she there one all we their can has been if more when will "
-    "would who so no time river stone light garden number winter market signal paper window "
-    "engine forest silver bridge letter morning animal theory orange circle pocket summer "
-    "user assistant system"
-).split()
-
-
-def prompts(count: int, seed: int = 0, low: int = 8, high: int = 400) -> list[str]:
-    """``count`` text prompts of ``low``..``high`` words (log-uniform lengths), from ``seed``."""
-    rnd = random.Random(seed)
-    out = []
-    for _ in range(count):
-        n = int(round(low * (high / low) ** rnd.random()))
-        out.append(" ".join(rnd.choice(WORDS) for _ in range(n)))
-    return out
+#: The prompts verify sends: text of seeded words (``tools.generate.text_prompts``).
+prompts = text_prompts
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,8 @@ from typing import Callable, Mapping, Sequence
 
 from corun_sglang import pack_record as packing
 from corun_sglang.compare import Generation, first_divergence
-from corun_sglang.verify_tiers import model_vocab, prompt_ids
+from corun_sglang.tools import generate
+from corun_sglang.verify_tiers import model_vocab
 
 #: SGLang's log line for a prefill batch: its requests and new tokens.
 PREFILL_LOG = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+)")
@@ -75,18 +76,15 @@ def http_sender(url: str, log: Path, new_tokens: int = 4, timeout: float = 600) 
     """Send one batched ``/generate`` call, the needle asking for the logprob of every prompt position and
     the co-runners for none (so the rows a prefill's LM head computes vary with the co-runners); read the
     prefill batches the server logged for it."""
-    import httpx
-
     def send(prompts: list[list[int]], needle: int) -> tuple[Generation, list[tuple[int, int]]]:
         seen = len(log.read_text(errors="replace"))
         body = {"input_ids": prompts, "return_logprob": [i == needle for i in range(len(prompts))],
                 "logprob_start_len": [0 if i == needle else -1 for i in range(len(prompts))],
                 "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}}
-        reply = httpx.post(url + "/generate", json=body, timeout=timeout)
-        reply.raise_for_status()
+        reply = generate.post(url, body, timeout)
         time.sleep(0.5)  # the scheduler's log line follows the reply
         batches = [(int(a), int(b)) for a, b in PREFILL_LOG.findall(log.read_text(errors="replace")[seen:])]
-        return generation(reply.json()[needle]["meta_info"]), batches
+        return generation(reply[needle]["meta_info"]), batches
 
     return send
 
@@ -97,11 +95,11 @@ def probe(send: Sender, pack: int, least: int, vocab: int, needles: int = 4, see
     rnd = random.Random(seed)
     found = {}
     for length in needle_lengths(pack, least, needles):
-        needle = prompt_ids(rnd, length, vocab)
+        needle = generate.token_ids(rnd, length, vocab)
         alone, _ = send([needle], 0)
         counted, differ = [], {}
         for name, lengths in packings(length, pack, least, rnd):
-            prompts = [needle if n == -1 else prompt_ids(rnd, n, vocab) for n in lengths]
+            prompts = [needle if n == -1 else generate.token_ids(rnd, n, vocab) for n in lengths]
             packed, batches = send(prompts, lengths.index(-1))
             if batches != [(len(prompts), sum(len(p) for p in prompts))]:
                 continue  # not one prefill batch: proves nothing either way

@@ -22,18 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from corun_sglang.compare import Generation, first_divergence
+from corun_sglang.tools import generate
 
 if TYPE_CHECKING:
     from corun_sglang.tiers import Record
-
-#: Token ids drawn for prompts stay in [FIRST_TOKEN, vocab).
-FIRST_TOKEN = 100
-
-
-def prompt_ids(rnd: random.Random, length: int, vocab: int) -> list[int]:
-    """``length`` seeded token ids in [FIRST_TOKEN, vocab)."""
-    return [rnd.randrange(FIRST_TOKEN, vocab) for _ in range(length)]
-
 
 def _body(prompt: list[int], max_new_tokens: int, temperature: float, seed: int, stream: bool = False) -> dict:
     return {
@@ -47,13 +39,13 @@ def needles(count: int, tokens: int, vocab: int, seed: int = 0) -> list[dict]:
     """``count`` needle requests: prompts from 32 to 2,048 tokens (log-spaced), T 0.8, seeded."""
     rnd = random.Random(seed)
     lengths = [int(32 * 64 ** (i / max(1, count - 1))) for i in range(count)]
-    return [_body(prompt_ids(rnd, n, vocab), tokens, 0.8, seed * 1000 + i) for i, n in enumerate(lengths)]
+    return [_body(generate.token_ids(rnd, n, vocab), tokens, 0.8, seed * 1000 + i) for i, n in enumerate(lengths)]
 
 
 def corunners(count: int, tokens: int, vocab: int, seed: int) -> list[dict]:
     """``count`` streamed co-runners with short prompts (16-48 tokens), ``tokens`` new tokens each."""
     rnd = random.Random(seed)
-    return [_body(prompt_ids(rnd, rnd.randint(16, 48), vocab), tokens, 1.0, seed * 1000 + i, stream=True)
+    return [_body(generate.token_ids(rnd, rnd.randint(16, 48), vocab), tokens, 1.0, seed * 1000 + i, stream=True)
             for i in range(count)]
 
 
@@ -98,10 +90,7 @@ def http_sender(url: str, timeout: float = 900) -> Sender:
                 started.acquire()
             if errors:
                 raise RuntimeError("; ".join(errors[:3]))
-            with httpx.Client(timeout=timeout) as client:
-                reply = client.post(url + "/generate", json=needle)
-            reply.raise_for_status()
-            return Generation.of_reply(reply.json())
+            return generate.generation(url, needle, timeout)
 
     return run
 

@@ -1,23 +1,13 @@
-"""Workloads and a concurrent ``/generate`` client for the determinism scenarios."""
+"""Request bodies, a concurrent ``/generate`` client and divergence counts for the determinism scenarios.
+
+Prompts come from ``corun_sglang.tools.generate.token_prompts``."""
 
 from __future__ import annotations
 
-import random
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
-
 from corun_sglang.compare import Generation, first_divergence
-
-
-def prompts(count: int, low: int, high: int, seed: int, vocab: int = 150000) -> list[list[int]]:
-    """``count`` token-id prompts with lengths spread over [low, high] (log-uniform), seeded."""
-    rnd = random.Random(seed)
-    out = []
-    for _ in range(count):
-        length = int(round(low * (high / low) ** rnd.random()))
-        out.append([rnd.randrange(100, vocab) for _ in range(length)])
-    return out
+from corun_sglang.tools.generate import generation
 
 
 def request(prompt, max_new_tokens, temperature, seed=None, top_p=1.0, top_k=-1, min_p=0.0) -> dict:
@@ -34,10 +24,7 @@ def generate(url: str, requests: list[dict], concurrent: bool = True) -> list[Ge
     """Send ``requests`` (all at once when ``concurrent``, else one after another); results in request order."""
 
     def one(req):
-        with httpx.Client(timeout=900) as client:
-            reply = client.post(url + "/generate", json=req)
-        reply.raise_for_status()
-        return Generation.of_reply(reply.json())
+        return generation(url, req, timeout=900)
 
     if not concurrent:
         return [one(r) for r in requests]

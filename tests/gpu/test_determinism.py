@@ -16,6 +16,7 @@ import random
 import pytest
 
 import harness
+from corun_sglang.tools import generate
 
 pytestmark = pytest.mark.e2e
 
@@ -32,9 +33,9 @@ FILTERS = {
 #: Extra options for every server of this module (e.g. "--disable-prefill-cuda-graph").
 SERVER_ARGS = os.environ.get("CORUN_SERVER_ARGS", "").split()
 
-PROMPTS = harness.prompts(N_PROMPTS, 16, 2048, seed=0)
+PROMPTS = generate.token_prompts(N_PROMPTS, 16, 2048, seed=0)
 SEEDS = [1000 + i for i in range(N_PROMPTS)]
-CORUNNERS = harness.prompts(N_CORUNNERS, 16, 2048, seed=1)
+CORUNNERS = generate.token_prompts(N_CORUNNERS, 16, 2048, seed=1)
 
 
 def _sampled():

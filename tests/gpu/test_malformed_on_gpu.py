@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from corun_sglang import request_corpus
+from corun_sglang.tools import generate
 
 pytestmark = pytest.mark.e2e
 
@@ -48,7 +49,7 @@ def _status(client, case) -> int:
 
 def test_malformed_requests_get_4xx_and_change_no_co_runner(launch, checkpoint, record):
     server = launch(checkpoint, "--corun", "--served-model-name", MODEL, *SERVER_ARGS, name="malformed", text=True)
-    co_runners = [harness.request(p, 256, 0.8, 300 + i) for i, p in enumerate(harness.prompts(8, 64, 512, seed=30))]
+    co_runners = [harness.request(p, 256, 0.8, 300 + i) for i, p in enumerate(generate.token_prompts(8, 64, 512, seed=30))]
     try:
         alone = harness.generate(server.url, co_runners, concurrent=False)
         with ThreadPoolExecutor(len(co_runners) + 1) as pool:

@@ -36,6 +36,7 @@ import httpx
 import pytest
 
 from corun_sglang.compare import Generation
+from corun_sglang.tools import generate
 
 import harness
 
@@ -135,7 +136,7 @@ def _fillers(count, seed, new_tokens=64):
     rnd = random.Random(seed)
     return [
         harness.request(p, rnd.randint(8, new_tokens), rnd.choice([0.0, 0.7, 1.0]), seed * 1000 + i)
-        for i, p in enumerate(harness.prompts(count, 16, 1024, seed=seed))
+        for i, p in enumerate(generate.token_prompts(count, 16, 1024, seed=seed))
     ]
 
 
@@ -145,7 +146,7 @@ def _inside(url, needle, others, position):
 
 
 def test_a_bs1_vs_bs32(arms):
-    reqs = _requests(harness.prompts(32, 16, 1024, seed=10), 16, 0.6, 100)
+    reqs = _requests(generate.token_prompts(32, 16, 1024, seed=10), 16, 0.6, 100)
 
     def run(url):
         alone = harness.generate(url, reqs, concurrent=False)
@@ -157,7 +158,7 @@ def test_a_bs1_vs_bs32(arms):
 @pytest.mark.parametrize("temperature", [0.0, 0.8], ids=["greedy", "t0.8"])
 def test_b_needle_in_random_batches(arms, temperature):
     rnd = random.Random(20)
-    needle = harness.request(harness.prompts(1, 200, 200, seed=21)[0], 128, temperature, 7)
+    needle = harness.request(generate.token_prompts(1, 200, 200, seed=21)[0], 128, temperature, 7)
     trials = []
     for trial in range(4):
         size = rnd.randint(64, 256)
@@ -172,7 +173,7 @@ def test_b_needle_in_random_batches(arms, temperature):
 
 
 def test_c_arrival_order_permutations(arms):
-    reqs = _requests(harness.prompts(64, 16, 1024, seed=40), 32, 0.6, 400)
+    reqs = _requests(generate.token_prompts(64, 16, 1024, seed=40), 32, 0.6, 400)
     orders = []
     for k in range(PERMUTATIONS):
         order = list(range(len(reqs)))
@@ -192,7 +193,7 @@ def test_c_arrival_order_permutations(arms):
 
 
 def test_d_needle_under_concurrency(arms):
-    needle = harness.request(harness.prompts(1, 300, 300, seed=50)[0], 64, 0.8, 9)
+    needle = harness.request(generate.token_prompts(1, 300, 300, seed=50)[0], 64, 0.8, 9)
     crowds = {n: _fillers(n, 51 + n, 96) for n in (1, 7, 63, 255)}
 
     def run(url):
@@ -204,7 +205,7 @@ def test_d_needle_under_concurrency(arms):
 
 
 def test_e_long_outputs(arms):
-    reqs = _requests(harness.prompts(4, 64, 512, seed=60), 1024, 0.6, 600)
+    reqs = _requests(generate.token_prompts(4, 64, 512, seed=60), 1024, 0.6, 600)
     others = _fillers(28, 61, 256)
 
     def run(url):
@@ -215,7 +216,7 @@ def test_e_long_outputs(arms):
 
 
 def test_f_prompts_longer_than_three_chunks(arms):
-    reqs = _requests(harness.prompts(4, 6500, 8000, seed=70), 32, 0.6, 700)
+    reqs = _requests(generate.token_prompts(4, 6500, 8000, seed=70), 32, 0.6, 700)
     others = _fillers(28, 71)
 
     def run(url):
@@ -235,7 +236,7 @@ def _n_samples(url, prompt, n, seed):
 
 
 def test_g_parallel_samples_distinct_and_reproducible(arms):
-    prompt = harness.prompts(1, 100, 100, seed=80)[0]
+    prompt = generate.token_prompts(1, 100, 100, seed=80)[0]
 
     def run(url):
         first = _n_samples(url, prompt, 4, 81)
@@ -246,7 +247,7 @@ def test_g_parallel_samples_distinct_and_reproducible(arms):
 
 
 def test_h_aborted_co_runners_do_not_change_the_needle(arms):
-    needle = harness.request(harness.prompts(1, 200, 200, seed=90)[0], 96, 0.8, 11)
+    needle = harness.request(generate.token_prompts(1, 200, 200, seed=90)[0], 96, 0.8, 11)
     others = _fillers(63, 91, 512)
 
     def run(url):
@@ -290,7 +291,7 @@ def test_i_filtered_needles_among_mixed_filters(arms):
     rnd = random.Random(100)
     needles = [
         harness.request(p, 64, temperature, 13 + i, **FILTERS[i])
-        for i, (p, temperature) in enumerate(zip(harness.prompts(2, 100, 400, seed=101), (0.8, 0.5)))
+        for i, (p, temperature) in enumerate(zip(generate.token_prompts(2, 100, 400, seed=101), (0.8, 0.5)))
     ]
     trials = []
     for trial in range(3):
@@ -321,7 +322,7 @@ def test_j_moe_padding_rows_skip_the_experts_without_changing_a_bit(arms):
     shape, servers = arms
     if not set(COMPARED) <= set(servers):
         pytest.skip(f"needs the arms {', '.join(COMPARED)}")
-    needles = _requests(harness.prompts(4, 100, 400, seed=120), 64, 0.8, 1200)
+    needles = _requests(generate.token_prompts(4, 100, 400, seed=120), 64, 0.8, 1200)
     crowds = [_fillers(n, 121 + n, 96) for n in (1, 15, 100, 255)]
 
     def run(url):
