@@ -1,6 +1,7 @@
 """Plots of benchmark cells (matplotlib, Agg): throughput per arm, timelines, concurrency sweeps, padding.
 
-Every plot puts its legend beside the axes, never over the data. ``draw`` makes every plot a set of
+Every plot puts its legend beside the axes, never over the data, and draws each arm in its colour of
+``COLOURS`` (an arm outside it in grey), so an arm looks the same in every plot. ``draw`` makes every plot a set of
 studies has data for and returns where each went, keyed as the tables look them up.
 """
 
@@ -8,7 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.report_rows import ORDER
+from bench.report_rows import ORDER, PACK_ARM, TIERS_ARM, WAIT_ARM
+
+#: Each arm's colour in every plot (matplotlib's tab10).
+COLOURS = {"STD": "tab:blue", "BI": "tab:orange", "SplitKV-off": "tab:purple", "SplitKV-off+IsoPrefill": "tab:brown",
+           "CoRun": "tab:green", TIERS_ARM: "tab:red", PACK_ARM: "tab:cyan", WAIT_ARM: "tab:olive",
+           "CoRun-moecompute": "tab:pink"}
+assert set(ORDER) <= set(COLOURS)
+
+
+def colour(arm: str) -> str:
+    return COLOURS.get(arm, "tab:gray")
+
 
 def _prefix(study: str) -> str:
     return f"{study}-" if study else ""
@@ -22,7 +34,7 @@ def plot(c: dict, shape: str, concurrency: int, path: Path, study: str = "") -> 
     width = 0.8 / len(arms)
     for j, arm in enumerate(arms):
         vals = [c.get((shape, w, concurrency, arm), {}).get("output_throughput", 0) for w in names]
-        ax.bar([i + j * width for i in range(len(names))], vals, width, label=arm)
+        ax.bar([i + j * width for i in range(len(names))], vals, width, label=arm, color=colour(arm))
     ax.set_xticks([i + width * (len(arms) - 1) / 2 for i in range(len(names))], names, rotation=20, ha="right")
     ax.set_ylabel("output tokens/s (median)")
     _save(plt, fig, ax, f"{study + ': ' if study else ''}{shape}, concurrency {concurrency}", path)
@@ -55,8 +67,8 @@ def plot_timeline(rows: list[dict], shape: str, workload: str, concurrency: int,
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
     for arm, bins in runs.items():
-        top.plot([b[0] for b in bins], [b[1] for b in bins], label=arm)
-        bottom.plot([b[0] for b in bins], [b[2] for b in bins], label=arm)
+        top.plot([b[0] for b in bins], [b[1] for b in bins], label=arm, color=colour(arm))
+        bottom.plot([b[0] for b in bins], [b[2] for b in bins], label=arm, color=colour(arm))
     top.set_ylabel("prefill tok/s")
     bottom.set_ylabel("decode tok/s")
     bottom.set_xlabel("seconds since the first request")
@@ -75,7 +87,7 @@ def plot_sweep(c: dict, shape: str, workload: str, path: Path) -> bool:
         pts = [(n, c[(shape, workload, n, arm)]["output_throughput"]) for n in levels
                if (shape, workload, n, arm) in c]
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=arm)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=arm, color=colour(arm))
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels, [str(n) for n in levels])
     ax.set_xlabel("concurrency")
@@ -85,15 +97,17 @@ def plot_sweep(c: dict, shape: str, workload: str, path: Path) -> bool:
 
 
 def plot_padding(rows: list[dict], path: Path) -> None:
-    """One request's TPOT against the decode graph size N, STD's as a reference line, per shape."""
+    """One request's TPOT against the decode graph size N, STD's as a reference line, per shape (a marker
+    per shape, each arm in its colour)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    for shape in sorted({r["shape"] for r in rows}):
+    for shape, marker in zip(sorted({r["shape"] for r in rows}), "osD^v<>"):
         pts = sorted((r["n"], r["median_tpot_ms"]) for r in rows if r["shape"] == shape and r["arm"] == "CoRun")
-        line = ax.plot([n for n, _ in pts], [t for _, t in pts], marker="o", label=f"CoRun, {shape}")
+        ax.plot([n for n, _ in pts], [t for _, t in pts], marker=marker, color=colour("CoRun"), label=f"CoRun, {shape}")
         for r in rows:
             if r["shape"] == shape and r["arm"] == "STD":
-                ax.axhline(r["median_tpot_ms"], linestyle="--", color=line[0].get_color(), label=f"STD, {shape}")
+                ax.axhline(r["median_tpot_ms"], linestyle="--", marker=marker, markevery=[0], color=colour("STD"),
+                           label=f"STD, {shape}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("N (decode graph slots), one request running")
     ax.set_ylabel("TPOT ms (median)")
