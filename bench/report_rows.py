@@ -4,8 +4,9 @@ Rows are grouped by study (``bench/run.py --study``, the slice that made them: a
 within one study, which ran them interleaved on one GPU). The latest row of each repetition of each
 arm counts (a repetition run again supersedes the rows it replaces). Per study and (shape, workload,
 concurrency, arm), ``cells`` holds the median over repetitions of output throughput, median TPOT and
-median TTFT with the min-max spread; ``ratio`` compares two arms' medians, ``paired_ratios`` pairs
-repetition k of one arm with repetition k of the other (run back to back, so host drift cancels).
+median TTFT with the min-max spread. Two arms compare by ``paired_ratios``, repetition k of one arm
+over repetition k of the other (run back to back, so host drift cancels), reduced by ``paired`` to
+their median and min-max: the one statistic every ratio of the report shows.
 The time-weighted aggregate throughput of an arm over a set of workloads is the total generated
 tokens over the total wall time, per repetition, then the median; it covers the workloads every arm
 has run in every repetition.
@@ -125,15 +126,16 @@ def cells(rows: list[dict]) -> dict[tuple, dict]:
     return out
 
 
-def ratio(c: dict, key: tuple, num: str, den: str) -> float | None:
-    a, b = c.get((*key, num)), c.get((*key, den))
-    if not a or not b or not b["output_throughput"]:
-        return None
-    return a["output_throughput"] / b["output_throughput"]
+def paired(rows: list[dict], key: tuple, num: str, den: str,
+           field: str = "output_throughput") -> tuple[float, float, float] | None:
+    """The median of ``num``/``den``'s paired ratios (``paired_ratios``) and their min and max; None
+    without a pair."""
+    values = paired_ratios(rows, key, num, den, field)
+    return (statistics.median(values), min(values), max(values)) if values else None
 
 
-def aggregate(rows: list[dict], shape: str, concurrency: int) -> tuple[dict[str, float], list[str]]:
-    """Time-weighted aggregate output throughput per arm (median over reps), and the workloads it covers.
+def aggregate_reps(rows: list[dict], shape: str, concurrency: int) -> tuple[dict[str, dict[int, float]], list[str]]:
+    """Time-weighted aggregate output throughput per arm and repetition, and the workloads it covers.
 
     Only workloads where every arm of this shape and concurrency has a row for every repetition
     count, so each arm's aggregate spans the same requests.
@@ -150,10 +152,16 @@ def aggregate(rows: list[dict], shape: str, concurrency: int) -> tuple[dict[str,
             acc = per_rep[(r["arm"], r["rep"])]
             acc[0] += r["output_tokens"]
             acc[1] += r["duration_s"]
-    by_arm = collections.defaultdict(list)
-    for (arm, _), (tokens, seconds) in per_rep.items():
-        by_arm[arm].append(tokens / seconds)
-    return {arm: statistics.median(v) for arm, v in by_arm.items()}, names
+    by_arm: dict[str, dict[int, float]] = collections.defaultdict(dict)
+    for (arm, rep), (tokens, seconds) in per_rep.items():
+        by_arm[arm][rep] = tokens / seconds
+    return dict(by_arm), names
+
+
+def aggregate(rows: list[dict], shape: str, concurrency: int) -> tuple[dict[str, float], list[str]]:
+    """``aggregate_reps``' median over repetitions per arm, and the workloads it covers."""
+    by_arm, names = aggregate_reps(rows, shape, concurrency)
+    return {arm: statistics.median(v.values()) for arm, v in by_arm.items()}, names
 
 
 def paired_ratios(rows: list[dict], key: tuple, num: str, den: str, field: str = "output_throughput") -> list[float]:
@@ -169,13 +177,14 @@ def is_moe(shape: str) -> bool:
 
 
 def bi_slower_elsewhere(groups: dict[str, tuple[list[dict], dict]]) -> dict[tuple, float]:
-    """Per cell (shape, workload, concurrency), the median BI/STD of the studies that ran both: whether BI
-    is slower than STD in a study that ran no STD arm is judged by them (its ratios stay within it)."""
+    """Per cell (shape, workload, concurrency), the median over the studies that ran both of their paired
+    BI/STD: whether BI is slower than STD in a study that ran no STD arm is judged by them (its ratios
+    stay within it)."""
     seen = collections.defaultdict(list)
-    for _, c in groups.values():
+    for rows, c in groups.values():
         for key in {k[:3] for k in c}:
-            if (value := ratio(c, key, "BI", "STD")) is not None:
-                seen[key].append(value)
+            if (value := paired(rows, key, "BI", "STD")) is not None:
+                seen[key].append(value[0])
     return {key: statistics.median(values) for key, values in seen.items()}
 
 

@@ -15,8 +15,8 @@ import collections
 import statistics
 
 from bench import serverlog, workloads
-from bench.report_rows import (ABLATION_ARMS, ARMS, MIN_PHASE_STEPS, ORDER, PACK_ARM, TIERS_ARM, WAIT_ARM, aggregate,
-                               arm_rank, bi_slower_elsewhere, is_moe, paired_ratios, ratio, reproduced)
+from bench.report_rows import (ABLATION_ARMS, ARMS, MIN_PHASE_STEPS, ORDER, PACK_ARM, TIERS_ARM, WAIT_ARM, arm_rank,
+                               bi_slower_elsewhere, is_moe, paired, paired_ratios, reproduced)
 
 #: Running-request ranges of the decode-step table.
 LOADS = ((1, 8), (9, 32), (33, 128), (129, 1 << 20))
@@ -97,14 +97,15 @@ def padding_table(rows: list[dict]) -> list[str]:
 
 
 #: The targets: (name, numerator arm, denominator arm, field, threshold, applies to (shape, concurrency, the
-#: study's cells, cell, BI/STD of that cell in the other studies: ``bi_slower_elsewhere``)).
+#: study's rows and cells, cell, BI/STD of that cell in the other studies: ``bi_slower_elsewhere``)).
 _TARGETS = (
     ("CoRun >= 1.3x BI where BI is slower than STD", "CoRun", "BI", "output_throughput", 1.3,
-     lambda shape, n, c, key, elsewhere: (ratio(c, key, "BI", "STD") or elsewhere.get(key) or 1) < 1),
+     lambda shape, n, rows, c, key, elsewhere: ((paired(rows, key, "BI", "STD") or (None,))[0]
+                                                 or elsewhere.get(key) or 1) < 1),
     ("CoRun >= 0.8x STD at concurrency 256, dense", "CoRun", "STD", "output_throughput", 0.8,
-     lambda shape, n, c, key, elsewhere: n == 256 and not is_moe(shape)),
+     lambda shape, n, rows, c, key, elsewhere: n == 256 and not is_moe(shape)),
     ("decode phase: CoRun >= 0.9x STD", "CoRun", "STD", "decode_phase", 0.9,
-     lambda shape, n, c, key, elsewhere: bool((c.get((*key, "STD")) or {}).get("decode_phase"))),
+     lambda shape, n, rows, c, key, elsewhere: bool((c.get((*key, "STD")) or {}).get("decode_phase"))),
 )
 
 
@@ -123,7 +124,7 @@ def targets_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
     for name, num, den, field, threshold, applies in TARGETS:
         for study, (rows, c) in groups.items():
             for key in sorted({k[:3] for k in c}):
-                if (*key, num) not in c or (*key, den) not in c or not applies(key[0], key[2], c, key, elsewhere):
+                if (*key, num) not in c or (*key, den) not in c or not applies(key[0], key[2], rows, c, key, elsewhere):
                     continue
                 values = paired_ratios(rows, key, num, den, field)
                 if not values:
@@ -143,7 +144,7 @@ def tiers_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
     keys = [(study, key) for study, (_, c) in groups.items() for key in sorted({k[:3] for k in c if k[3] == TIERS_ARM})]
     if not keys:
         return []
-    lines = ["## Decode tiers (output throughput relative to STD, medians)", "",
+    lines = ["## Decode tiers (output throughput relative to STD)", "",
              "| study | shape | workload | concurrency | CoRun | CoRun-tiers | CoRun-tiers / CoRun "
              "| TPOT ms STD / CoRun / CoRun-tiers | tiers | same tokens as CoRun |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
@@ -152,8 +153,7 @@ def tiers_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
         tpot = " / ".join(_fmt_ms((c.get((*key, arm)) or {}).get("median_tpot_ms")) for arm in ("STD", "CoRun", TIERS_ARM))
         served = sorted({tuple(r.get("decode_tiers") or ()) for r in rows
                          if r["arm"] == TIERS_ARM and (r["shape"], r["workload"], r["concurrency"]) == key})
-        vals = [_fmt(ratio(c, key, "CoRun", "STD")), _fmt(ratio(c, key, TIERS_ARM, "STD")),
-                _fmt(ratio(c, key, TIERS_ARM, "CoRun"))]
+        vals = [pair(rows, key, "CoRun", "STD"), pair(rows, key, TIERS_ARM, "STD"), pair(rows, key, TIERS_ARM, "CoRun")]
         lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | " + " | ".join(vals)
                      + f" | {tpot} | {'; '.join(', '.join(map(str, t)) for t in served) or '-'} "
                      f"| {tiers_agree(rows, key)} |")
@@ -194,6 +194,12 @@ def sampler_table(results: list[dict]) -> list[str]:
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
+
+
+def pair(rows: list[dict], key: tuple, num: str, den: str, field: str = "output_throughput") -> str:
+    """``num``/``den`` as the report shows every ratio: the median of paired ratios, with their min-max."""
+    got = paired(rows, key, num, den, field)
+    return "-" if got is None else f"{got[0]:.2f} ({got[1]:.2f}-{got[2]:.2f})"
 
 
 def step_profile_table(rows: list[dict]) -> list[str]:
@@ -295,140 +301,48 @@ def short_phases(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
     return lines + [""]
 
 
-def render(groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], header: str,
-           padding: list[dict] | None = None, sampler: list[dict] | None = None, notes: str = "",
-           step_profile: list[tuple[str, list[dict]]] | None = None) -> str:
-    """The report; ``groups`` is ``{study: (rows, cells)}``, ``plots`` is keyed by (study, ...)."""
-    lines = ["# Benchmarks: STD vs BI vs CoRun", "", header, ""]
-    goals = targets_table(groups)
-    if goals:
-        lines += ["## Targets", "", *goals, "",
-                  "Where a study ran no STD arm, whether BI is slower than STD is read from the studies of the "
-                  "same shape, workload and concurrency that ran both; every ratio is the study's own.", ""]
-    lines += ["## Coverage", "", *coverage_table(groups), ""]
-    if notes:
-        lines += [notes.strip(), ""]
-    for study, (rows, c) in groups.items():
-        lines += _study_sections(study, rows, c, plots)
+def decode_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
+    """Markdown: the decode phase's throughput of STD, BI, CoRun and its tiers and pack arms per cell, and
+    their paired ratios; with the measure each read (``report_rows.load``)."""
     arms = (*ARMS, TIERS_ARM, PACK_ARM)
     decode = [(study, k) for study, (_, c) in groups.items()
               for k in sorted({k[:3] for k, v in c.items() if v["decode_phase"] and k[3] in arms})]
-    if decode:
-        lines += ["## Decode phase (output tok/s while the first wave decodes; medians, min-max)", "",
-                  "Measure: \"log\" is the server's own decode throughput (its log's samples, one per 40 "
-                  "steps) while the whole first wave runs, where two or more samples fall in that phase; "
-                  "else \"steps\", the wave's size over the median of its requests' time per token "
-                  "inside the window, from the client's chunks (full decode steps); \"window\" (rows "
-                  "written before it) is "
-                  "the tokens that arrived in the window over its length, which reads low when the window "
-                  "spans a few steps (a first wave holding a request of a few output tokens). The client's "
-                  "measures hold only while the client reads its streams as fast as they come.", "",
-                  "| study | shape | workload | concurrency | measure | " + " | ".join(arms)
-                  + f" | CoRun/STD | CoRun/BI | {TIERS_ARM}/STD | {PACK_ARM}/STD |",
-                  "| --- | --- | --- | ---: | --- | " + " | ".join("---:" for _ in arms) + " | ---: | ---: | ---: | ---: |"]
-        for study, key in decode:
-            c = groups[study][1]
-            v = {arm: (c.get((*key, arm)) or {}).get("decode_phase") for arm in arms}
-            spread = {arm: (c.get((*key, arm)) or {}).get("decode_spread") for arm in arms}
-            measure = "/".join(sorted({(c.get((*key, a)) or {}).get("decode_measure") or "" for a in arms} - {""}))
-            cols = ["-" if v[a] is None else f"{v[a]:.0f} ({spread[a][0]:.0f}-{spread[a][1]:.0f})" for a in arms]
-            rel = [_fmt(v[a] / v[d] if v[a] and v[d] else None)
-                   for a, d in (("CoRun", "STD"), ("CoRun", "BI"), (TIERS_ARM, "STD"), (PACK_ARM, "STD"))]
-            lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | {measure} | "
-                         + " | ".join(cols + rel) + " |")
-        lines.append("")
-    lines += short_phases(groups)
-    extra = sorted((k, name) for k, name in plots.items() if len(k) > 3)
-    if extra:
-        lines += ["## Over time and across concurrency", ""]
-        lines += [f"![{name}]({name})" for _, name in extra]
-        lines.append("")
-    if padding:
-        lines += ["## Padding worst case (one request, decode graph of N slots)", ""]
-        if ("padding",) in plots:
-            lines += [f"![padding]({plots[('padding',)]})", ""]
-        lines += padding_table(padding) + [""]
-    if sampler:
-        lines += ["## Sampler (one decode step; medians of CUDA-event timings)", ""]
-        lines += sampler_table(sampler) + [""]
-    if step_profile:
-        lines += ["## Decode step profiles (GPU ms per step, from SGLang's profiler)", "",
-                  "Each arm decodes `load` requests at once; kernels are summed by kind "
-                  "(`bench/step_profile.py`); \"waiting\" is the span less the kernels. Each file is one "
-                  "run on one GPU: arms compare within a file.", ""]
-        for source, rows in step_profile:
-            lines += [f"`{source}`:", ""] + step_profile_table(rows) + [""]
+    if not decode:
+        return []
+    lines = ["## Decode phase (output tok/s while the first wave decodes; medians, min-max)", "",
+             "Measure: \"log\" is the server's own decode throughput (its log's samples, one per 40 "
+             "steps) while the whole first wave runs, where two or more samples fall in that phase; "
+             "else \"steps\", the wave's size over the median of its requests' time per token "
+             "inside the window, from the client's chunks (full decode steps); \"window\" (rows "
+             "written before it) is "
+             "the tokens that arrived in the window over its length, which reads low when the window "
+             "spans a few steps (a first wave holding a request of a few output tokens). The client's "
+             "measures hold only while the client reads its streams as fast as they come.", "",
+             "| study | shape | workload | concurrency | measure | " + " | ".join(arms)
+             + f" | CoRun/STD | CoRun/BI | {TIERS_ARM}/STD | {PACK_ARM}/STD |",
+             "| --- | --- | --- | ---: | --- | " + " | ".join("---:" for _ in arms) + " | ---: | ---: | ---: | ---: |"]
+    for study, key in decode:
+        rows, c = groups[study]
+        v = {arm: (c.get((*key, arm)) or {}).get("decode_phase") for arm in arms}
+        spread = {arm: (c.get((*key, arm)) or {}).get("decode_spread") for arm in arms}
+        measure = "/".join(sorted({(c.get((*key, a)) or {}).get("decode_measure") or "" for a in arms} - {""}))
+        cols = ["-" if v[a] is None else f"{v[a]:.0f} ({spread[a][0]:.0f}-{spread[a][1]:.0f})" for a in arms]
+        rel = [pair(rows, key, a, d, "decode_phase")
+               for a, d in (("CoRun", "STD"), ("CoRun", "BI"), (TIERS_ARM, "STD"), (PACK_ARM, "STD"))]
+        lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | {measure} | " + " | ".join(cols + rel) + " |")
+    return lines + [""]
+
+
+def ablation_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
+    """Markdown: the ablation arms' and CoRun's output throughput relative to STD, per cell."""
     ablation = [(study, key) for study, (_, c) in groups.items()
                 for key in sorted({k[:3] for k in c if k[3] in ABLATION_ARMS})]
-    if ablation:
-        lines += ["## Ablations (output throughput relative to STD, medians)", "",
-                  "| study | shape | workload | concurrency | " + " | ".join(ABLATION_ARMS + ("CoRun",)) + " |",
-                  "| --- | --- | --- | ---: | " + " | ".join("---:" for _ in ABLATION_ARMS + ("CoRun",)) + " |"]
-        for study, key in ablation:
-            vals = [_fmt(ratio(groups[study][1], key, arm, "STD")) for arm in ABLATION_ARMS + ("CoRun",)]
-            lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | " + " | ".join(vals) + " |")
-        lines.append("")
-    lines += tiers_table(groups)
-    repeats = repeats_table(groups)
-    if repeats:
-        lines += ["## Same outputs across repetitions (prompts and seeds alike, batches not)", "",
-                  "STD's sampler draws from one generator for the whole batch: SGLang honours a request's "
-                  "`sampling_seed` only under `--enable-deterministic-inference` (BI); CoRun draws from the "
-                  "request's own seed and step.", "", *repeats, ""]
-    lines.append("Throughput cells: median (min-max) over repetitions.")
-    return "\n".join(lines) + "\n"
-
-
-def _study_sections(study: str, rows: list[dict], c: dict, plots: dict[tuple, str]) -> list[str]:
-    """Markdown: one section per (shape, concurrency) of one study."""
-    lines = []
-    for shape, concurrency in sorted({(k[0], k[2]) for k in c}):
-        lines += [f"## {study + ': ' if study else ''}{shape}, concurrency {concurrency}", ""]
-        if (study, shape, concurrency) in plots:
-            lines += [f"![throughput]({plots[(study, shape, concurrency)]})", ""]
-        # a study that serves CoRun only with its decode tiers (and a prefill pack) shows its fullest such
-        # arm in CoRun's columns
-        arms = {k[3] for k in c if k[0] == shape and k[2] == concurrency}
-        co = "CoRun" if "CoRun" in arms else next((a for a in (PACK_ARM, TIERS_ARM) if a in arms), "CoRun")
-        lines += [f"| workload | STD tok/s | BI tok/s | {co} tok/s | {co}/BI | {co}/STD | BI/STD | "
-                  f"TPOT ms STD / BI / {co} | reps |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
-        for w in sorted({k[1] for k in c if k[0] == shape and k[2] == concurrency}):
-            key = (shape, w, concurrency)
-            cell = {arm: c.get((*key, arm)) for arm in ("STD", "BI", co)}
-            tput = [("-" if v is None else f"{v['output_throughput']:.0f} "
-                     f"({v['spread'][0]:.0f}-{v['spread'][1]:.0f})") for v in cell.values()]
-            tpot = " / ".join("-" if v is None else f"{v['median_tpot_ms']:.1f}" for v in cell.values())
-            reps = min((v["reps"] for v in cell.values() if v), default=0)
-            lines.append(f"| {w} | {' | '.join(tput)} | {_fmt(ratio(c, key, co, 'BI'))} | "
-                         f"{_fmt(ratio(c, key, co, 'STD'))} | {_fmt(ratio(c, key, 'BI', 'STD'))} | "
-                         f"{tpot} | {reps} |")
-        others = [a for a in ORDER if a in arms and a not in ("STD", "BI", co)] + sorted(arms - {*ORDER, co})
-        if others:
-            lines += ["", "The study's other arms (ratios of medians):", "",
-                      f"| workload | arm | tok/s | /BI | /STD | /{co} | TPOT ms | reps |",
-                      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-            for w in sorted({k[1] for k in c if k[0] == shape and k[2] == concurrency}):
-                key = (shape, w, concurrency)
-                for arm in others:
-                    v = c.get((*key, arm))
-                    if v:
-                        lines.append(f"| {w} | {arm} | {v['output_throughput']:.0f} ({v['spread'][0]:.0f}-"
-                                     f"{v['spread'][1]:.0f}) | {_fmt(ratio(c, key, arm, 'BI'))} | "
-                                     f"{_fmt(ratio(c, key, arm, 'STD'))} | {_fmt(ratio(c, key, arm, co))} | "
-                                     f"{v['median_tpot_ms']:.1f} | {v['reps']} |")
-        agg, covered = aggregate(rows, shape, concurrency)
-        if agg:
-            lines += ["", f"Time-weighted aggregate throughput over {', '.join(covered)} (tok/s): "
-                      + ", ".join(f"{arm} {agg[arm]:.0f}" for arm in ORDER if arm in agg)]
-            if "BI" in agg and "STD" in agg:
-                lines.append("; ".join(f"{arm}/BI {agg[arm] / agg['BI']:.2f}, {arm}/STD {agg[arm] / agg['STD']:.2f}"
-                                       for arm in (co, *others) if arm in agg))
-        steps = steps_table(rows, shape, concurrency)
-        if steps:
-            lines += ["", "Decode steps by load, from the servers' logs (medians over repetitions):", "", *steps]
-        prefills = prefills_table(rows, shape, concurrency)
-        if prefills:
-            lines += ["", "Prefill iterations, from the servers' logs:", "", *prefills]
-        lines.append("")
-    return lines
+    if not ablation:
+        return []
+    lines = ["## Ablations (output throughput relative to STD)", "",
+             "| study | shape | workload | concurrency | " + " | ".join(ABLATION_ARMS + ("CoRun",)) + " |",
+             "| --- | --- | --- | ---: | " + " | ".join("---:" for _ in ABLATION_ARMS + ("CoRun",)) + " |"]
+    for study, key in ablation:
+        vals = [pair(groups[study][0], key, arm, "STD") for arm in ABLATION_ARMS + ("CoRun",)]
+        lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | " + " | ".join(vals) + " |")
+    return lines + [""]

@@ -13,7 +13,13 @@ def _report(tmp_path, rows, *args) -> str:
     runs.write_text("\n".join(json.dumps(r) for r in rows))
     out = tmp_path / "benchmarks.md"
     assert report.main([str(runs), "--out", str(out), *args]) == 0
-    return out.read_text()
+    return _pages(out)
+
+
+def _pages(out, folder=None) -> str:
+    """The summary ``out`` and, after it, every other page the report wrote (into ``folder``, else beside it)."""
+    others = sorted(p for p in (folder or out.parent).glob("*.md") if p != out)
+    return "\n".join(page.read_text() for page in [out, *others])
 
 
 def test_report_medians_ratios_aggregate_and_plot(tmp_path, bench_row):
@@ -22,7 +28,7 @@ def test_report_medians_ratios_aggregate_and_plot(tmp_path, bench_row):
         for w, (std, bi, corun) in {"sharegpt": (1000, 500, 900), "fixed-1024-128": (2000, 1800, 1900)}.items():
             rows += [bench_row("STD", rep, w, std + rep), bench_row("BI", rep, w, bi + rep), bench_row("CoRun", rep, w, corun + rep)]
     text = _report(tmp_path, rows, "--header", "Host: test")
-    assert "| sharegpt | 1001 (1000-1002) | 501 (500-502) | 901 (900-902) | 1.80 | 0.90 | 0.50 |" in text
+    assert "| sharegpt | 1001 (1000-1002) | 501 (500-502) | 901 (900-902) | 1.80 (1.80-1.80) | 0.90 (0.90-0.90) | 0.50 (0.50-0.50) |" in text
     assert (tmp_path / "bench-qwen3-8b-c256.png").stat().st_size > 1000
     assert "Ablations" not in text
     agg, names = report_rows.aggregate(rows, "qwen3-8b", 256)
@@ -62,14 +68,19 @@ def test_report_tables_decode_steps_by_load_and_prices_fixed_shapes(tmp_path, be
     notes.write_text("## Missed targets\n\nmeasured reasons\n")
     out = tmp_path / "benchmarks.md"
     assert report.main([str(runs), "--out", str(out), "--plots", str(tmp_path / "bench"), "--notes", str(notes)]) == 0
-    text = out.read_text()
+    text = _pages(out, tmp_path / "bench")
     assert "| sharegpt | STD | 0.2 (5.0) | - | - | 0.4 (10.0) | 1.0 | 0.4 | - |" in text
     # CoRun at STD's step cost: 0.48 s * (1 - 5/12) + 0.48 s * (1 - 10/12) = 0.36 s
     assert "| sharegpt | CoRun | 0.5 (12.0) | - | - | 0.5 (12.0) | 1.0 | 0.0 | 0.4 |" in text
     # CoRun-tiers: 0.24 s * (1 - 5/6) + 0.48 s * (1 - 10/12) = 0.12 s
     assert "| sharegpt | CoRun-tiers | 0.2 (6.0) | - | - | 0.5 (12.0) | 1.0 | 0.3 | 0.1 |" in text
-    assert text.index("## Targets") < text.index("measured reasons") < text.index("## qwen3-8b, concurrency 256")
-    assert "![throughput](bench/bench-qwen3-8b-c256.png)" in text
+    # the lab notes are linked from the summary, not copied into it
+    summary = out.read_text()
+    assert "[lab notes: what the measurements show](notes.md)" in summary and "measured reasons" not in text
+    assert summary.index("## Targets") < summary.index("## Coverage") and "## qwen3-8b, concurrency 256" in text
+    # the study's page sits beside its plots, the summary links it
+    assert "![throughput](bench-qwen3-8b-c256.png)" in (tmp_path / "bench" / "unnamed.md").read_text()
+    assert "[-](bench/unnamed.md)" in summary
     assert (tmp_path / "bench" / "bench-qwen3-8b-c256.png").exists()
 
 
@@ -87,7 +98,7 @@ def test_report_checks_targets_on_paired_repetitions_and_tables_the_sampler(tmp_
                                    "ratio_to_default": {"sglang_default": 1.0, "corun": 0.5}}))
     out = tmp_path / "benchmarks.md"
     assert report.main([str(runs), "--out", str(out), "--sampler", str(sampler)]) == 0
-    text = out.read_text()
+    text = _pages(out)
     # paired ratios 900/500, 700/520, 950/480 -> median 1.80; 0.90, 0.64, 0.95 -> median 0.90
     assert "| CoRun >= 1.3x BI where BI is slower than STD | - | qwen3-8b | sharegpt | 256 | 1.80 (1.35-1.98) | yes |" in text
     assert "| CoRun >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.90 (0.64-0.95) | yes |" in text
@@ -104,7 +115,7 @@ def test_a_missed_target_shows_the_digits_that_tell_it_from_the_target(tmp_path,
     runs.write_text("\n".join(json.dumps(r) for r in rows))
     assert report.main([str(runs), "--out", str(out)]) == 0
     assert "| decode phase: CoRun >= 0.9x STD | - | qwen3-8b | fixed-64-448 | 256 | 0.899 (0.899-0.899) | **no** |" \
-        in out.read_text()
+        in _pages(out)
 
 
 def test_the_decode_phase_table_shows_the_pack_arm_beside_the_others(tmp_path, bench_row):
@@ -113,7 +124,7 @@ def test_the_decode_phase_table_shows_the_pack_arm_beside_the_others(tmp_path, b
     text = _report(tmp_path, rows)
     assert "| CoRun/STD | CoRun/BI | CoRun-tiers/STD | CoRun-tiers-pack/STD |" in text
     assert ("| pack | qwen3-8b | fixed-64-448 | 256 | window | 2000 (2000-2000) | 1000 (1000-1000) | 1800 (1800-1800) "
-            "| - | 1900 (1900-1900) | 0.90 | 1.80 | - | 0.95 |") in text
+            "| - | 1900 (1900-1900) | 0.90 (0.90-0.90) | 1.80 (1.80-1.80) | - | 0.95 (0.95-0.95) |") in text
 
 
 def test_report_tables_each_step_profile_run_on_its_own(tmp_path, bench_row):
@@ -129,7 +140,7 @@ def test_report_tables_each_step_profile_run_on_its_own(tmp_path, bench_row):
     second.write_text(json.dumps(prof("CoRun", 16, 10.0, 8704)))  # another run's rows stay in their own table
     out = tmp_path / "benchmarks.md"
     report.main([str(runs), "--out", str(out), "--step-profile", str(first), "--step-profile", str(second)])
-    text = out.read_text()
+    text = _pages(out)
     tables = text.split(f"`{second}`:")
     assert f"`{first}`:" in tables[0] and "| qwen3-8b | 16 | CoRun | 256 | 8,704 | 9.00 | 8.50 | 0.50 | 1.00 |" in tables[0]
     assert "| qwen3-8b | 16 | STD | - | 8,704 | 6.00 |" in tables[0] and "STD" not in tables[1].split("##")[0]
@@ -139,14 +150,14 @@ def test_report_tables_each_step_profile_run_on_its_own(tmp_path, bench_row):
 def test_report_lists_ablations_relative_to_std(tmp_path, bench_row):
     rows = [bench_row("STD", 0, "sharegpt", 1000), bench_row("SplitKV-off", 0, "sharegpt", 950),
             bench_row("SplitKV-off+IsoPrefill", 0, "sharegpt", 920), bench_row("CoRun", 0, "sharegpt", 900)]
-    assert "| - | qwen3-8b | sharegpt | 256 | 0.95 | 0.92 | 0.90 |" in _report(tmp_path, rows)
+    assert "| - | qwen3-8b | sharegpt | 256 | 0.95 (0.95-0.95) | 0.92 (0.92-0.92) | 0.90 (0.90-0.90) |" in _report(tmp_path, rows)
 
 
 def test_report_tables_decode_tiers_and_checks_their_targets(tmp_path, bench_row):
     rows = [bench_row("STD", 0, "sharegpt", 1000), bench_row("CoRun", 0, "sharegpt", 600),
             {**bench_row("CoRun-tiers", 0, "sharegpt", 850), "decode_tiers": [72, 128]}]
     text = _report(tmp_path, rows)
-    assert "| - | qwen3-8b | sharegpt | 256 | 0.60 | 0.85 | 1.42 | 10.0 / 10.0 / 10.0 | 72, 128 | - |" in text
+    assert "| - | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | 0.85 (0.85-0.85) | 1.42 (1.42-1.42) | 10.0 / 10.0 / 10.0 | 72, 128 | - |" in text
     assert "| CoRun-tiers >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.85 (0.85-0.85) | yes |" in text
     assert "| CoRun >= 0.8x STD at concurrency 256, dense | - | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | **no** |" in text
 
@@ -192,11 +203,13 @@ def test_report_compares_arms_only_within_a_study(tmp_path, bench_row):
     rows += [{**bench_row(arm, rep, "sharegpt", t), "study": "ablation"}  # another GPU: slower for every arm
              for rep in range(3) for arm, t in (("STD", 500), ("SplitKV-off", 450), ("CoRun", 300))]
     text = _report(tmp_path, rows)
-    assert "## core: qwen3-8b, concurrency 256" in text and "## ablation: qwen3-8b, concurrency 256" in text
-    assert "| sharegpt | 1000 (1000-1000) | 400 (400-400) | 800 (800-800) | 2.00 | 0.80 | 0.40 |" in text
-    assert "| sharegpt | 500 (500-500) | - | 300 (300-300) | - | 0.60 | - |" in text
+    pages = {study: (tmp_path / f"{study}.md").read_text() for study in ("core", "ablation")}
+    assert all(page.startswith(f"# {study}\n") and "## qwen3-8b, concurrency 256" in page for study, page in pages.items())
+    assert "| sharegpt | 500 (500-500) |" in pages["ablation"] and "| sharegpt | 500 (500-500) |" not in pages["core"]
+    assert "| sharegpt | 1000 (1000-1000) | 400 (400-400) | 800 (800-800) | 2.00 (2.00-2.00) | 0.80 (0.80-0.80) | 0.40 (0.40-0.40) |" in text
+    assert "| sharegpt | 500 (500-500) | - | 300 (300-300) | - | 0.60 (0.60-0.60) | - |" in text
     assert "| CoRun >= 0.8x STD at concurrency 256, dense | ablation | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | **no** |" in text
-    assert "| ablation | qwen3-8b | sharegpt | 256 | 0.90 | - | 0.60 |" in text
+    assert "| ablation | qwen3-8b | sharegpt | 256 | 0.90 (0.90-0.90) | - | 0.60 (0.60-0.60) |" in text
     for png in ("bench-core-qwen3-8b-c256.png", "bench-ablation-qwen3-8b-c256.png"):
         assert (tmp_path / png).stat().st_size > 1000
 
@@ -206,18 +219,18 @@ def test_a_study_of_corun_with_tiers_alone_shows_it_in_corun_columns(tmp_path, b
             for rep in range(3) for arm, t in (("STD", 1000), ("BI", 600), ("CoRun-tiers", 840))]
     text = _report(tmp_path, rows)
     assert "| workload | STD tok/s | BI tok/s | CoRun-tiers tok/s | CoRun-tiers/BI | CoRun-tiers/STD | BI/STD |" in text
-    assert "| fixed-64-448 | 1000 (1000-1000) | 600 (600-600) | 840 (840-840) | 1.40 | 0.84 | 0.60 |" in text
-    assert "CoRun-tiers/BI 1.40, CoRun-tiers/STD 0.84" in text
+    assert "| fixed-64-448 | 1000 (1000-1000) | 600 (600-600) | 840 (840-840) | 1.40 (1.40-1.40) | 0.84 (0.84-0.84) | 0.60 (0.60-0.60) |" in text
+    assert "CoRun-tiers/BI 1.40 (1.40-1.40), CoRun-tiers/STD 0.84 (0.84-0.84)" in text
 
 
 def test_a_study_shows_every_arm_beside_corun_with_its_ratios(tmp_path, bench_row):
     rows = [{**bench_row(arm, rep, "fixed-64-448", t), "study": "pack"}
             for rep in range(3) for arm, t in (("STD", 1000), ("BI", 500), ("CoRun", 600), ("CoRun-tiers-pack", 1100))]
     text = _report(tmp_path, rows)
-    assert "| fixed-64-448 | 1000 (1000-1000) | 500 (500-500) | 600 (600-600) | 1.20 | 0.60 | 0.50 |" in text
+    assert "| fixed-64-448 | 1000 (1000-1000) | 500 (500-500) | 600 (600-600) | 1.20 (1.20-1.20) | 0.60 (0.60-0.60) | 0.50 (0.50-0.50) |" in text
     assert "| workload | arm | tok/s | /BI | /STD | /CoRun | TPOT ms | reps |" in text
-    assert "| fixed-64-448 | CoRun-tiers-pack | 1100 (1100-1100) | 2.20 | 1.10 | 1.83 |" in text
-    assert "CoRun/BI 1.20, CoRun/STD 0.60; CoRun-tiers-pack/BI 2.20, CoRun-tiers-pack/STD 1.10" in text
+    assert "| fixed-64-448 | CoRun-tiers-pack | 1100 (1100-1100) | 2.20 (2.20-2.20) | 1.10 (1.10-1.10) | 1.83 (1.83-1.83) |" in text
+    assert "CoRun/BI 1.20 (1.20-1.20), CoRun/STD 0.60 (0.60-0.60); CoRun-tiers-pack/BI 2.20 (2.20-2.20), CoRun-tiers-pack/STD 1.10 (1.10-1.10)" in text
 
 
 def test_a_decode_phase_of_fewer_steps_than_a_log_interval_is_not_measured(tmp_path, bench_row):
@@ -235,7 +248,7 @@ def test_a_decode_phase_of_fewer_steps_than_a_log_interval_is_not_measured(tmp_p
     assert got[("CoRun", "azure-conv")] == (None, "short")
     assert got[("CoRun", "fixed-1024-128")] == (8500.0, "steps")
     assert report.main([str(runs), "--out", str(out)]) == 0
-    text = out.read_text()
+    text = _pages(out)
     assert "| - | qwen3-8b | azure-conv | 256 | 3 | 10-10 |" in text
     assert "| - | qwen3-8b | fixed-1024-128 | 256 | steps |" in text
     assert "| - | qwen3-8b | azure-conv | 256 | steps |" not in text
@@ -263,11 +276,11 @@ def test_report_decode_phase_timelines_sweep_and_padding(tmp_path, bench_row):
         {"shape": "qwen3-8b", "arm": "CoRun", "n": 1, "median_tpot_ms": 5.0}]))
     out = tmp_path / "benchmarks.md"
     assert report.main([str(runs), "--out", str(out), "--padding", str(padding)]) == 0
-    text = out.read_text()
+    text = _pages(out)
     assert ("| qwen3-8b | fixed-64-448 | 256 | window | 4001 (4000-4002) | 2001 (2000-2002) | 3801 (3800-3802) | - | - "
-            "| 0.95 | 1.90 | - | - |") in text
+            "| 0.95 (0.95-0.95) | 1.90 (1.90-1.90) | - | - |") in text
     assert ("| qwen3-8b | fixed-64-448 | 64 | steps | 8001 (8000-8002) | 4001 (4000-4002) | 7601 (7600-7602) | - | - "
-            "| 0.95 | 1.90 | - | - |") in text
+            "| 0.95 (0.95-0.95) | 1.90 (1.90-1.90) | - | - |") in text
     assert "| qwen3-8b | 1 | 5.00 | 5.00 | 1.00 |" in text and "| qwen3-8b | 256 | 7.50 | 5.00 | 1.50 |" in text
     assert "![padding](padding.png)" in text and (tmp_path / "padding.png").stat().st_size > 1000
     for png in ("timeline-qwen3-8b-fixed-64-448-c256.png", "sweep-qwen3-8b-fixed-64-448.png"):
@@ -286,8 +299,22 @@ def test_report_tables_step_profiles(tmp_path, bench_row):
     runs.write_text(json.dumps(bench_row("STD", 0, "sharegpt", 1000)))
     out = tmp_path / "benchmarks.md"
     assert report.main([str(runs), "--out", str(out), "--step-profile", str(profile)]) == 0
-    text = out.read_text()
+    text = _pages(out)
     assert "| shape | load | arm | graph slots | KV tokens | GPU span | kernels | waiting | gemm | attention |" in text
     std = text.index("| qwen3-8b | 16 | STD | - | - | 6.50 | 6.00 | 0.50 | 4.00 | 1.00 |")  # the latest row only
     assert "6.40" not in text and "| qwen3-8b | 256 (255 ran) | STD | - | 239,954 | 6.50 |" in text
     assert std < text.index("| qwen3-8b | 16 | CoRun-tiers | 72 | - | 8.00 | 7.50 | 0.50 | 5.00 | 1.00 |")
+
+
+def test_every_ratio_is_the_median_of_paired_repetitions_with_their_spread(tmp_path, bench_row):
+    # CoRun's repetitions against STD's, k against k: 1.0, 0.5 and 2.0; the ratio of the arms' medians
+    # (100 / 200) would read 0.50
+    rows = [bench_row(arm, rep, "sharegpt", t) for arm, ts in (("STD", (100, 200, 300)), ("CoRun", (100, 100, 600)))
+            for rep, t in enumerate(ts)]
+    text = _report(tmp_path, rows, "--header", "Host: one H200")
+    assert "| sharegpt | 200 (100-300) | - | 100 (100-600) | - | 1.00 (0.50-2.00) | - |" in text
+    summary = (tmp_path / "benchmarks.md").read_text()
+    assert "Every ratio on these pages, A/B, is the median of paired ratios" in summary
+    # the hosts and commands go to a page of their own, linked from the summary
+    assert "Host: one H200" not in summary and "(setup.md)" in summary
+    assert "Host: one H200" in (tmp_path / "setup.md").read_text()

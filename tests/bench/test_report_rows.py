@@ -1,4 +1,4 @@
-"""``bench/report_rows.py``: the decode-phase measure each loaded row gets."""
+"""``bench/report_rows.py``: the decode-phase measure each loaded row gets, and paired repetitions."""
 
 import json
 
@@ -31,3 +31,14 @@ def test_the_logged_decode_phase_is_the_first_waves_not_a_larger_later_one(tmp_p
     out.write_text(json.dumps({**bench_row("STD", 0, "fixed-4096-2048", 1000), "decode_wave": 152, "decode_steps": steps}) + "\n")
     (row,) = report_rows.load(out)
     assert (row["decode_phase"], row["decode_measure"]) == (4400.0, "log")
+
+
+def test_paired_ratios_pair_repetition_k_with_repetition_k(bench_row):
+    rows = [bench_row(arm, rep, "sharegpt", t) for arm, ts in (("STD", (100, 200, 300)), ("CoRun", (100, 100, 600)))
+            for rep, t in enumerate(ts)] + [bench_row("CoRun", 3, "sharegpt", 50)]  # no STD of rep 3: unpaired
+    key = ("qwen3-8b", "sharegpt", 256)
+    assert report_rows.paired_ratios(rows, key, "CoRun", "STD") == [1.0, 0.5, 2.0]
+    assert report_rows.paired(rows, key, "CoRun", "STD") == (1.0, 0.5, 2.0)
+    assert report_rows.paired(rows, key, "CoRun", "BI") is None
+    by_rep, names = report_rows.aggregate_reps(rows[:6], "qwen3-8b", 256)
+    assert names == ["sharegpt"] and by_rep["CoRun"] == {0: 100.0, 1: 100.0, 2: 600.0}
