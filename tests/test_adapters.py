@@ -283,50 +283,71 @@ def _tokenized(rid, sampling_params, input_ids=(5, 6, 7)):
 
 
 class _ReqState:
-    """SGLang's ``ReqState`` of a logical request, which the adapter only counts children for (weak-referable,
-    as it is)."""
+    """SGLang's ``ReqState`` of a request, as far as the adapter keeps it: by identity (weak-referable, as
+    it is)."""
 
 
-def _manager(children=()):
-    """The TokenizerManager attributes the adapter reads."""
-    import types
+class _Manager:
+    """The TokenizerManager attributes the seed adapter reads (weak-referable and hashed by identity, as
+    SGLang's is)."""
 
-    return types.SimpleNamespace(
-        server_args=types.SimpleNamespace(corun=True, random_seed=0),
-        child_rid_to_logical_rid={c: "parent" for c in children},
-        rid_to_state={"parent": _ReqState()},
-    )
+    def __init__(self, children=()):
+        import types
+
+        self.server_args = types.SimpleNamespace(corun=True, random_seed=0)
+        self.child_rid_to_logical_rid = {c: "parent" for c in children}
+        self.rid_to_state = {"parent": _ReqState(), **{c: _ReqState() for c in children}}
 
 
 @pytest.mark.parametrize("given_seed", [None, 1234])
-def test_n_samples_get_distinct_reproducible_seeds(given_seed):
+def test_n_samples_get_distinct_seeds_the_same_set_each_time_when_seeded(given_seed):
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    def seeds_of_a_run():
+    def seeds_of_a_run(manager):
         shared = SamplingParams(max_new_tokens=8, temperature=0.7, sampling_seed=given_seed)
         shared.normalize(None)
-        manager = _manager(children=[f"c{i}" for i in range(4)])
+        manager.rid_to_state["parent"] = _ReqState()  # a logical request's state: SGLang makes one per request
         objs = [_tokenized(f"c{i}", shared) for i in range(4)]  # SGLang shares one SamplingParams
         for obj in objs:
             adapter_seeds.send_one_request(lambda self, o: None, manager, obj)
         assert shared.sampling_seed == given_seed  # the shared object is left alone
-        return [o.sampling_params.sampling_seed for o in objs]
+        seeds = [o.sampling_params.sampling_seed for o in objs]
+        assert seeds == [adapter_seeds.sent_seed(manager.rid_to_state[f"c{i}"]) for i in range(4)]
+        return seeds
 
-    first = seeds_of_a_run()
+    manager = _Manager(children=[f"c{i}" for i in range(4)])
+    first = seeds_of_a_run(manager)
     assert len(set(first)) == 4
-    assert first == seeds_of_a_run()
+    again = seeds_of_a_run(manager)
+    assert (again == first) is (given_seed is not None)  # unseeded: the next request of that content
+    assert first == seeds_of_a_run(_Manager(children=[f"c{i}" for i in range(4)]))  # a fresh server
 
 
-def test_unseeded_requests_get_the_derived_seed():
+def test_identical_unseeded_requests_get_distinct_seeds_the_same_after_a_restart():
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     from corun_sglang import seeds
 
+    def run(manager, prompts):
+        out = []
+        for prompt in prompts:
+            sp = SamplingParams(max_new_tokens=8, temperature=0.7)
+            sp.normalize(None)
+            obj = _tokenized("r", sp, prompt)
+            adapter_seeds.send_one_request(lambda self, o: None, manager, obj)
+            out.append(obj.sampling_params.sampling_seed)
+        return out
+
+    prompts = [(5, 6, 7)] * 4 + [(8, 9)] * 2 + [(5, 6, 7)]
+    first = run(_Manager(), prompts)
+    assert len(set(first[:4] + first[-1:])) == 5 and first[4] != first[5]
+    assert run(_Manager(), prompts) == first  # a fresh server, the same requests in the same order
+    mixed = run(_Manager(), [(8, 9)] + [(5, 6, 7)] * 5 + [(8, 9)])  # another arrival order
+    assert sorted(mixed) == sorted(first)
     sp = SamplingParams(max_new_tokens=8, temperature=0.7)
     sp.normalize(None)
-    obj = _tokenized("r", sp)
-    adapter_seeds.send_one_request(lambda self, o: None, _manager(), obj)
-    assert obj.sampling_params.sampling_seed == seeds.request_seed(0, [5, 6, 7], seeds.params_of(sp))
+    content = seeds.content_digest([5, 6, 7], seeds.params_of(sp))
+    assert first[:4] == [seeds.request_seed(0, content, k) for k in range(4)]
 
 
 @pytest.mark.parametrize(
@@ -712,7 +733,7 @@ def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate
 
     path = tmp_path / "pack.json"
     path.write_text(json.dumps(pack_record.Record(pack=PACK, shortest=33, environment={"gpu": "A"}).to_json()))
-    monkeypatch.setattr(startup, "_environment", lambda model_runner: {"gpu": "B"})
+    monkeypatch.setattr(startup, "environment", lambda model_runner: {"gpu": "B"})
     graphs = types.SimpleNamespace(capture_bs=[256])
 
     def runner(**options):
@@ -1069,7 +1090,7 @@ def test_a_scheduler_never_raises_on_a_seed_that_is_not_one(serving, seed):
     bad, twin = _req(1, 10, 4, cache), _req(2, 10, 4, cache)
     bad.sampling_params.sampling_seed = seed
     info = SamplingBatchInfo.from_schedule_batch(ScheduleBatch(reqs=[bad, twin], device="cpu"), vocab_size=1024)
-    derived = seeds.request_seed(0, list(range(10)), seeds.params_of(twin.sampling_params))
+    derived = seeds.request_seed(0, seeds.content_digest(list(range(10)), seeds.params_of(twin.sampling_params)))
     assert info.sampling_seed.tolist() == [derived, derived]  # sampled from the derived seed instead
 
 
@@ -1085,12 +1106,14 @@ def test_a_logical_requests_child_count_goes_with_its_state():
     def state():
         return ReqState(out_list=[], finished=False, event=None, obj=None, time_stats=None, lifecycle_id=lifecycle)
 
-    kept = len(adapter_seeds._samples_sent)
+    kept = len(adapter_seeds._children)
     first, twin = state(), state()
     assert first == twin
-    assert [adapter_seeds._count_sent(first) for _ in range(3)] == [0, 1, 2]
-    assert adapter_seeds._count_sent(twin) == 0
-    assert len(adapter_seeds._samples_sent) == kept + 2
+    adapter_seeds._children[first] = (3, 11)
+    assert adapter_seeds._children.get(first) == (3, 11) and adapter_seeds._children.get(twin) is None
+    adapter_seeds._children[twin] = (1, 12)
+    assert len(adapter_seeds._children) == kept + 2
     del first, twin
     gc.collect()
-    assert len(adapter_seeds._samples_sent) == kept
+    assert len(adapter_seeds._children) == kept
+

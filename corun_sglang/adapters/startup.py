@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import logging
 
-import torch
-
 from corun_sglang import pack_record, records
-from corun_sglang.adapters.state import corun
+from corun_sglang.adapters.state import corun, environment
 from corun_sglang.startup import check_startup
 from corun_sglang.stops import CorunContractError
 
@@ -41,7 +39,7 @@ def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
     served = cfg.served_records()
     if not served:
         return result
-    env = _environment(model_runner)
+    env = environment(model_runner)
     if any(item.record is None for item in served):  # unverified candidates: tell the verifier where they ran
         logger.warning(records.environment_line(env))
     if cfg.prefill_pack is not None and cfg.pack_record is None:
@@ -51,11 +49,3 @@ def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
         raise CorunContractError(problem)
     return result
 
-
-def _environment(model_runner) -> dict:
-    """This scheduler's ``records.environment``: its model, options, GPU and software."""
-    return records.environment(
-        model_runner.model_config.hf_config.to_dict(), model_runner.model_config.dtype, model_runner.server_args,
-        gpu=torch.cuda.get_device_name(torch.cuda.current_device()), cuda=torch.version.cuda,
-        installed=records.versions(), blas=records.blas_setup(),
-    )

@@ -1,9 +1,10 @@
 """What an adapter reads: whether this process serves ``--corun``, its configuration, a request's prompt
-and reservation, and the arguments of the SGLang call it wraps.
+and reservation, a model runner's environment, and the arguments of the SGLang call it wraps.
 
 Invariants:
 - ``config()`` is this process's published ``corun_config`` (``CorunServerArgs``) under ``--corun`` and
   None otherwise: one lookup per call, never a re-derivation from the server args;
+- an ``IdentityMap`` keeps a value for an object by identity and drops it with the object;
 - nothing here changes SGLang's state.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
+from typing import Any
 
 from corun_sglang import policy
 from corun_sglang.config import CorunConfig, ablation_mechanisms
@@ -66,3 +69,43 @@ def prompt(req) -> tuple[int, int]:
 def reserved(req, page_size: int) -> int:
     """The KV tokens full-sequence admission reserves for a request (``policy.reserved_tokens``)."""
     return policy.reserved_tokens(len(req.origin_input_ids), req.sampling_params.max_new_tokens, page_size)
+
+
+def environment(model_runner) -> dict:
+    """A model runner's ``records.environment``: its model, options, GPU (``cpu`` without CUDA) and software."""
+    import torch
+
+    from corun_sglang import records
+
+    gpu = torch.cuda.get_device_name(torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+    return records.environment(
+        model_runner.model_config.hf_config.to_dict(), model_runner.model_config.dtype, model_runner.server_args,
+        gpu=gpu, cuda=torch.version.cuda, installed=records.versions(), blas=records.blas_setup(),
+    )
+
+
+class IdentityMap:
+    """Values kept for objects by identity, each dropped when its object is: for SGLang objects that compare
+    by value and do not hash (dataclasses such as ``ReqState``), which a ``WeakKeyDictionary`` cannot hold."""
+
+    def __init__(self):
+        self._items: dict[int, tuple[weakref.ref, Any]] = {}
+
+    def get(self, obj, default=None):
+        ref, value = self._items.get(id(obj), (None, default))
+        return value if ref is not None and ref() is obj else default
+
+    def __setitem__(self, obj, value) -> None:
+        key = id(obj)
+        ref = self._items.get(key, (None, None))[0]
+        if ref is None or ref() is not obj:
+
+            def forget(dead, key=key):
+                if self._items.get(key, (None,))[0] is dead:
+                    del self._items[key]
+
+            ref = weakref.ref(obj, forget)
+        self._items[key] = (ref, value)
+
+    def __len__(self) -> int:
+        return len(self._items)
