@@ -156,6 +156,19 @@ BINDINGS: tuple[Binding, ...] = (
     Assigns("sglang.srt.layers.sampler.Sampler.__init__", ("output_logprob_processor",), "sampler.CorunSampler"),
     Attributes("sglang.srt.layers.sampler", ("_CUSTOM_SAMPLER_FACTORIES", "register_sampler_backend"),
                "sampler.register"),
+    # the contract as clients see it
+    Assigns("sglang.srt.managers.scheduler.Scheduler.init_tp_model_worker", ("tp_worker",),
+            "adapters.contract.scheduler_info"),
+    Assigns("sglang.srt.managers.scheduler.Scheduler.__init__", ("ps",), "adapters.contract.scheduler_info"),
+    Attributes("sglang.srt.managers.tp_worker.TpModelWorker", ("model_runner",), "adapters.contract.scheduler_info"),
+    Parameters("sglang.srt.entrypoints.engine.Engine._set_startup_time", ("tokenizer_manager", "scheduler_init_result"),
+               "adapters.contract.hand_over"),
+    Parameters("sglang.srt.managers.tokenizer_manager.TokenizerManager._wait_one_response", ("obj",),
+               "adapters.contract.stamp_outputs"),
+    Parameters("sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._build_completion_response",
+               ("request", "ret"), "adapters.contract.completion_response"),
+    Parameters("sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._build_chat_response",
+               ("request", "ret"), "adapters.contract.chat_response"),
     # hook registration
     Attributes("sglang.srt.plugins.hook_registry.HookRegistry", ("_hooks",), "hooks.register"),
 )

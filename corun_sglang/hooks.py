@@ -151,6 +151,42 @@ HOOKS: tuple[Hook, ...] = (
         HookType.AROUND,
         "corun_sglang.adapters.seeds:send_batch_request",
     ),
+    # the contract as clients see it: system_fingerprint and each sample's seed on every response
+    Hook(
+        "sglang.srt.managers.scheduler.Scheduler.get_init_info",
+        HookType.AFTER,
+        "corun_sglang.adapters.contract:scheduler_info",
+    ),
+    Hook(
+        "sglang.srt.entrypoints.engine.Engine._set_startup_time",
+        HookType.AFTER,
+        "corun_sglang.adapters.contract:hand_over",
+    ),
+    Hook(
+        "sglang.srt.managers.tokenizer_manager.TokenizerManager._wait_one_response",
+        HookType.AROUND,
+        "corun_sglang.adapters.contract:stamp_outputs",
+    ),
+    Hook(
+        "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._build_completion_response",
+        HookType.AROUND,
+        "corun_sglang.adapters.contract:completion_response",
+    ),
+    Hook(
+        "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._build_chat_response",
+        HookType.AROUND,
+        "corun_sglang.adapters.contract:chat_response",
+    ),
+    Hook(
+        "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._generate_completion_stream",
+        HookType.AROUND,
+        "corun_sglang.adapters.contract:completion_stream",
+    ),
+    Hook(
+        "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._generate_chat_stream",
+        HookType.AROUND,
+        "corun_sglang.adapters.contract:chat_stream",
+    ),
     # reservations made visible (--corun-default-max-new-tokens, corun_ metrics), contract stops
     Hook(
         "sglang.srt.managers.scheduler.Scheduler.init_req_max_new_tokens",

@@ -1,10 +1,10 @@
 """Thin hook adapters, one module per concern; each adapter is named once in ``hooks.HOOKS``.
 
 Every adapter reads SGLang state, hands the decision to a pure function (``policy``, ``packing``,
-``decode_grid``, ``moe_padding``, ``seeds``, ``requests_check``, ``reservations``, ``records``) and acts
-on the answer. Without ``--corun`` each is a pass-through: SGLang behaves as it does without corun-sglang.
-State an adapter keeps about an SGLang object lives in a ``weakref.WeakKeyDictionary`` of the module that
-owns it, never on the object.
+``decode_grid``, ``moe_padding``, ``seeds``, ``requests_check``, ``reservations``, ``records``,
+``fingerprint``, ``responses``) and acts on the answer. Without ``--corun`` each is a pass-through: SGLang behaves as it does without corun-sglang.
+State an adapter keeps about an SGLang object lives in a ``weakref.WeakKeyDictionary`` (or, for objects
+that do not hash, a ``state.IdentityMap``) of the module that owns it, never on the object.
 
 - ``state``: what every adapter reads (this process's configuration, a request's reservation);
 - ``startup``: the scheduler's start, the decode graph runner's sizes and records;
@@ -15,5 +15,6 @@ owns it, never on the object.
 - ``moe``: MoE padding rows kept out of the experts;
 - ``seeds``: request-bound seeds, in the batch and per request, ``n > 1`` children;
 - ``requests``: the tokenizer-side request check;
+- ``contract``: ``system_fingerprint`` and each sample's seed on every response, and on ``/server_info``;
 - ``operations``: reservations and ``corun_`` metrics, contract stops.
 """
