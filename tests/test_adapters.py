@@ -1308,3 +1308,31 @@ def test_without_corun_openai_completions_are_sglangs(tokenizer_manager):
     out = _completion(tm, seed=5, temperature=0.7)
     assert "system_fingerprint" not in out and "sampling_seed" not in out["choices"][0]
     assert all("system_fingerprint" not in c for c in _completion(tm, seed=5, stream=True))
+
+
+def test_a_chat_completion_carries_the_fingerprint_and_each_choices_seed(tokenizer_manager, make_args):
+    """SGLang's own chat response, as ``_build_chat_response`` makes it, through the adapter; its JSON is
+    SGLang's with the two fields added."""
+    from sglang.srt.entrypoints.openai.protocol import (ChatCompletionResponse, ChatCompletionResponseChoice,
+                                                        ChatMessage, UsageInfo)
+
+    from corun_sglang.adapters import contract
+
+    tm = tokenizer_manager()
+    value = _fingerprinted(make_args, tm)[0][contract.INFO]["system_fingerprint"]
+    ret = [{"meta_info": {"sampling_seed": 21}}, {"meta_info": {"sampling_seed": 22}}]
+
+    def build(self, request, ret, created):
+        return ChatCompletionResponse(id="r", model="m", created=created, usage=UsageInfo(), choices=[
+            ChatCompletionResponseChoice(index=i, message=ChatMessage(role="assistant", content=f"c{i}"),
+                                         finish_reason="length") for i in range(len(ret))])
+
+    serving = types.SimpleNamespace(tokenizer_manager=tm)
+    plain = build(serving, None, ret, 7).model_dump(mode="json")
+    stamped = contract.chat_response(build, serving, None, ret, 7)
+    assert isinstance(stamped, ChatCompletionResponse)
+    assert stamped.model_dump(mode="json") == {
+        **plain, "system_fingerprint": value,
+        "choices": [{**c, "sampling_seed": s} for c, s in zip(plain["choices"], [21, 22])]}
+    serving = types.SimpleNamespace(tokenizer_manager=tokenizer_manager(corun=False))
+    assert contract.chat_response(build, serving, None, ret, 7).model_dump(mode="json") == plain
