@@ -257,7 +257,7 @@ def seed_problem(value: Any) -> str | None:
         return None
     return (f"sampling_seed (OpenAI seed): {_shown(value)} is not a seed; a seed is an integer with "
             f"0 <= seed < 2**63. Fix: send an integer in that range, or no seed for one derived "
-            "from the prompt and the sampling parameters")
+            "from --random-seed and the request")
 
 
 def n_problem(sampling_params: Any) -> str | None:
