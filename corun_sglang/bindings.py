@@ -169,6 +169,10 @@ BINDINGS: tuple[Binding, ...] = (
                ("request", "ret"), "adapters.contract.completion_response"),
     Parameters("sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._build_chat_response",
                ("request", "ret"), "adapters.contract.chat_response"),
+    # step metrics
+    Parameters("sglang.srt.managers.scheduler.Scheduler.run_batch", ("batch",), "adapters.operations.count_step"),
+    Attributes("sglang.srt.managers.schedule_batch.ScheduleBatch",
+               ("forward_mode", "prefix_lens", "extend_lens", "batch_size"), "adapters.operations.count_step"),
     # hook registration
     Attributes("sglang.srt.plugins.hook_registry.HookRegistry", ("_hooks",), "hooks.register"),
 )

@@ -219,6 +219,12 @@ HOOKS: tuple[Hook, ...] = (
         HookType.AROUND,
         "corun_sglang.adapters.requests:check_request",
     ),
+    # step shapes counted for the corun_ metrics (decode graph sizes, padding, prefill kinds)
+    Hook(
+        "sglang.srt.managers.scheduler.Scheduler.run_batch",
+        HookType.AFTER,
+        "corun_sglang.adapters.operations:count_step",
+    ),
 )
 
 #: Seeded random-normal weights drawn in place by SGLang's dummy loader (tests and

@@ -26,17 +26,29 @@ class Snapshot:
     used_tokens: int  # KV tokens written now
     pool_tokens: int  # the KV pool
     waiting_for_kv: int  # waiting requests whose reservation does not fit beside the admitted ones
+    waiting_for_isolation: int  # waiting requests that would fit now but for one prefill at a time
 
 
-def snapshot(admitted: Iterable[int], waiting: Iterable[int], pool_tokens: int, free_tokens: int) -> Snapshot:
-    """The pool's numbers from the reservations of the ``admitted`` and ``waiting`` requests."""
+def snapshot(admitted: Iterable[int], waiting: Iterable[int], pool_tokens: int, free_tokens: int,
+             max_running: int) -> Snapshot:
+    """The pool's numbers from the reservations of the ``admitted`` and ``waiting`` requests.
+
+    A waiting request waits for KV when its reservation does not fit beside the admitted ones
+    (``policy.admits`` refuses it for KV); it waits for isolation when it fits and fewer than
+    ``max_running`` (N) run, so only the prefill taking one request (or one pack) at a time holds it back.
+    At most the free slots, ``max_running`` less the admitted, count as waiting for isolation: the rest
+    wait for N."""
+    admitted = list(admitted)
     reserved = sum(admitted)
     room = pool_tokens - reserved
+    waiting = list(waiting)
+    fits = sum(1 for w in waiting if w <= room)
     return Snapshot(
         reserved_tokens=reserved,
         used_tokens=pool_tokens - free_tokens,
         pool_tokens=pool_tokens,
-        waiting_for_kv=sum(1 for w in waiting if w > room),
+        waiting_for_kv=len(waiting) - fits,
+        waiting_for_isolation=min(fits, max(0, max_running - len(admitted))),
     )
 
 

@@ -772,7 +772,7 @@ def _stats_scheduler(adder, waiting, cache, **kwargs):
     return _Scheduler(
         running_batch=adder.running_batch, last_batch=None, cur_batch_for_debug=None, chunked_req=None,
         waiting_queue=[_req(200 + i, p, n, cache) for i, (p, n) in enumerate(waiting)], page_size=1,
-        token_to_kv_pool_allocator=adder.token_to_kv_pool_allocator, **kwargs)
+        token_to_kv_pool_allocator=adder.token_to_kv_pool_allocator, **{"max_running_requests": 8, **kwargs})
 
 
 def _private_metrics():

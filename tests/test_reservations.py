@@ -12,15 +12,28 @@ MAX_REQ_LEN = CONTEXT - 1  # SGLang's TpModelWorker: context_len - 1 where the p
 
 
 def test_snapshot_sums_reservations_and_counts_the_waiting_that_do_not_fit():
-    snap = reservations.snapshot([300, 200], [500, 501, 10, 1000], pool_tokens=1000, free_tokens=700)
-    assert snap == reservations.Snapshot(reserved_tokens=500, used_tokens=300, pool_tokens=1000, waiting_for_kv=2)
+    snap = reservations.snapshot([300, 200], [500, 501, 10, 1000], pool_tokens=1000, free_tokens=700, max_running=8)
+    assert snap == reservations.Snapshot(reserved_tokens=500, used_tokens=300, pool_tokens=1000, waiting_for_kv=2,
+                                         waiting_for_isolation=2)
 
 
 def test_a_waiting_request_counts_exactly_when_admission_refuses_it_for_kv():
     running = [300, 200]
     for candidate in range(1, 1200, 7):
-        waits = reservations.snapshot(running, [candidate], 1000, 0).waiting_for_kv == 1
-        assert waits is not policy.admits(candidate, running, pool_tokens=1000, max_running=8)
+        snap = reservations.snapshot(running, [candidate], 1000, 0, max_running=8)
+        admitted = policy.admits(candidate, running, pool_tokens=1000, max_running=8)
+        assert (snap.waiting_for_kv == 1) is not admitted
+        assert (snap.waiting_for_isolation == 1) is admitted
+
+
+@pytest.mark.parametrize("running,max_running,isolated", [
+    ([100] * 6, 8, 2),  # two free slots of N: two of the three that fit wait for isolation, one for N
+    ([100] * 8, 8, 0),  # N runs: all wait for N
+    ([100] * 2, 8, 3),
+])
+def test_only_free_slots_of_n_count_as_waiting_for_isolation(running, max_running, isolated):
+    snap = reservations.snapshot(running, [10, 10, 10, 5000], 2000, 0, max_running=max_running)
+    assert (snap.waiting_for_kv, snap.waiting_for_isolation) == (1, isolated)
 
 
 def _sglang_scheduler(corun_args):

@@ -1,10 +1,12 @@
-"""Operations adapters: reservations and the ``corun_`` metrics made visible, contract stops answered.
+"""Operations adapters: reservations, step shapes and the ``corun_`` metrics made visible, contract stops answered.
 
 Invariants:
 - a ``--corun`` scheduler logs, once its KV pool is known, how many requests without ``max_tokens`` run at
   once (``reservations.capacity_line``); with ``--enable-metrics`` its collector publishes the ``corun_``
-  gauges with SGLang's own stats (``reservations.snapshot``). The metrics of each SGLang collector, and the
-  scheduler it serves, live in ``_watched``, never on the collector;
+  gauges with SGLang's own stats (``reservations.snapshot``), and the steps each batch ran since the last
+  publication (``steps.Tally``: decode steps by graph size, padding slots, prefills by kind), counted in
+  Python ints as each batch runs, with no GPU read. The metrics of each SGLang collector, its step tally and
+  the scheduler it serves live in ``_watched``, never on the collector;
 - a ``CorunContractError`` in a ``--corun`` scheduler's event loop is counted, logged on one line
   (``stops.line``), answered to every request the scheduler holds (``stops.STATUS``), and then goes on
   to SGLang's scheduler-crash path, which stops the server.
@@ -18,7 +20,7 @@ import time
 import weakref
 from typing import Any
 
-from corun_sglang import reservations, stops
+from corun_sglang import reservations, steps, stops
 from corun_sglang.adapters import state
 from corun_sglang.stops import CorunContractError
 
@@ -28,16 +30,22 @@ logger = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True)
 class _Watch:
     metrics: Any  # metrics.Metrics
-    scheduler: weakref.ref  # the scheduler whose reservations the collector publishes
+    scheduler: weakref.ref  # the scheduler whose reservations and steps the collector publishes
+    decode_sizes: tuple[int, ...]  # the decode graphs the scheduler captures, ascending
+    pack: tuple[int, int] | None  # its prefill pack and shortest packable prompt, or None
+    tally: steps.Tally = dataclasses.field(default_factory=steps.Tally)  # steps since the last publication
 
 
-#: The ``corun_`` metrics of each SGLang ``SchedulerMetricsCollector`` and the scheduler it serves.
+#: The ``corun_`` metrics of each SGLang ``SchedulerMetricsCollector``, its step tally and the scheduler it
+#: serves.
 _watched: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _watch(collector, scheduler, counted) -> None:
-    """Have ``collector`` publish ``counted`` (``metrics.Metrics``) for ``scheduler``."""
-    _watched[collector] = _Watch(counted, weakref.ref(scheduler))
+def _watch(collector, scheduler, counted, decode_sizes=(), pack=None) -> None:
+    """Have ``collector`` publish ``counted`` (``metrics.Metrics``) for ``scheduler``, which captures the decode
+    graphs ``decode_sizes`` and packs prefills at ``pack`` (``CorunConfig.packing``)."""
+    _watched[collector] = _Watch(counted, weakref.ref(scheduler), tuple(decode_sizes), pack)
+    counted.serve_decode_graphs(decode_sizes)
 
 
 def _metrics_of(scheduler):
@@ -76,7 +84,8 @@ def scheduler_reservations(result, self, *args, **kwargs):
     if collector is not None:
         from corun_sglang import metrics
 
-        _watch(collector, self, metrics.Metrics(collector.labels))
+        cfg = self.server_args.corun_config
+        _watch(collector, self, metrics.Metrics(collector.labels), cfg.decode_sizes, cfg.packing)
     return result
 
 
@@ -91,8 +100,25 @@ def publish_reservations(result, self, *args, **kwargs):
     watch.metrics.publish(reservations.snapshot(
         [state.reserved(r, page) for r in _admitted(scheduler)],
         [state.reserved(r, page) for r in scheduler.waiting_queue],
-        pool.size, pool.available_size(),
+        pool.size, pool.available_size(), scheduler.max_running_requests,
     ))
+    watch.metrics.count(watch.tally.drain())
+    return result
+
+
+def count_step(result, self, batch, *args, **kwargs):
+    """After a ``--corun`` scheduler with ``--enable-metrics`` ran ``batch``: a decode step counted by the graph
+    it replayed (``steps.graph_size``) with its padding slots, a prefill by kind (``steps.prefill_kind``)."""
+    collector = getattr(self, "metrics_collector", None)
+    watch = None if collector is None else _watched.get(collector)
+    if watch is None:
+        return result
+    mode = batch.forward_mode
+    if mode.is_decode():
+        watch.tally.decode(batch.batch_size(), watch.decode_sizes)
+    elif mode.is_extend():
+        watch.tally.prefill(steps.prefill_kind(
+            zip((len(r.origin_input_ids) for r in batch.reqs), batch.prefix_lens, batch.extend_lens), watch.pack))
     return result
 
 
