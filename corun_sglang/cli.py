@@ -32,6 +32,10 @@ def _apply_patches(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from corun_sglang import verify
 
+    found = verify.problems(args.prompts, args.batch)
+    if found:
+        print(f"corun-sglang verify: {'; '.join(found)}", file=sys.stderr)
+        return 2
     extra = {"ignore_eos": True} if args.ignore_eos else None
     send = verify.openai_sender(
         args.base_url, args.model, args.max_tokens, args.temperature,
@@ -39,12 +43,26 @@ def _verify(args: argparse.Namespace) -> int:
     )
     texts = verify.prompts(args.prompts, seed=args.seed)
     try:
-        reports = verify.run(send, texts, batch=args.batch, seed=args.seed)
+        audit = verify.run(send, texts, batch=args.batch, seed=args.seed)
     except Exception as exc:  # the server, not the check, failed
         print(f"corun-sglang verify: could not complete the check: {exc}", file=sys.stderr)
         return 2
-    print(verify.render(reports))
-    return 0 if all(r.ok for r in reports) else 1
+    print(verify.render(audit))
+    return 0 if audit.ok else 1
+
+
+def progress(command: str, stream=None, clock=None):
+    """A progress printer for a long ``command``: each line goes to ``stream`` (default stderr) at once,
+    after the seconds since the printer was made (``clock``, default ``time.monotonic``)."""
+    import time
+
+    clock = clock or time.monotonic
+    start = clock()
+
+    def say(line: str) -> None:
+        print(f"corun-sglang {command} [{clock() - start:7.1f} s] {line}", file=stream or sys.stderr, flush=True)
+
+    return say
 
 
 def _verify_tiers(args: argparse.Namespace) -> int:
@@ -69,6 +87,7 @@ def _verify_tiers(args: argparse.Namespace) -> int:
         record = verify_tiers.verify(
             args.model_path, candidates, args.max_running_requests, out, log, shlex.split(args.server_args),
             needle_count=args.needles, needle_tokens=args.tokens, seed=args.seed, static_gb=args.static_gb,
+            progress=progress("verify-tiers"),
         )
     except Exception as exc:  # the server or the probe failed: no record is written
         print(f"corun-sglang verify-tiers: could not complete the check: {exc} (server log: {log})", file=sys.stderr)
@@ -92,7 +111,8 @@ def _verify_prefill_pack(args: argparse.Namespace) -> int:
     log = Path(args.log) if args.log else out.with_suffix(".server.log")
     try:
         record = verify_packing.verify(args.model_path, args.pack, out, log, shlex.split(args.server_args),
-                                       needles=args.needles, seed=args.seed, static_gb=args.static_gb)
+                                       needles=args.needles, seed=args.seed, static_gb=args.static_gb,
+                                       progress=progress("verify-prefill-pack"))
     except packing.PackingError as exc:  # the check ran and failed: no record is written
         print(f"corun-sglang verify-prefill-pack: {exc}", file=sys.stderr)
         return 1
@@ -169,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser(
         "verify",
         help="check an OpenAI-compatible server: each prompt alone vs inside concurrent batches "
-        "(exit 1 on any divergence)",
+        "(exit 1 on any divergence, or a system_fingerprint that changes between rounds)",
     )
     v.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:30000")
     v.add_argument("--model", required=True, help="model name the server expects")

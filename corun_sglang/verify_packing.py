@@ -89,12 +89,20 @@ def http_sender(url: str, log: Path, new_tokens: int = 4, timeout: float = 600) 
     return send
 
 
-def probe(send: Sender, pack: int, least: int, vocab: int, needles: int = 4, seed: int = 0) -> dict[int, dict]:
+def _quiet(line: str) -> None:
+    pass
+
+
+def probe(send: Sender, pack: int, least: int, vocab: int, needles: int = 4, seed: int = 0,
+          progress: Callable[[str], None] = _quiet) -> dict[int, dict]:
     """Per needle length: its packings that counted, and those whose needle differs from it alone
-    (name -> first differing position)."""
+    (name -> first differing position). ``progress`` gets a line as each needle starts and as each of its
+    packings is checked, with the outcome."""
     rnd = random.Random(seed)
     found = {}
-    for length in needle_lengths(pack, least, needles):
+    lengths_checked = needle_lengths(pack, least, needles)
+    for number, length in enumerate(lengths_checked, 1):
+        progress(f"needle {number}/{len(lengths_checked)}: {length} tokens, alone")
         needle = generate.token_ids(rnd, length, vocab)
         alone, _ = send([needle], 0)
         counted, differ = [], {}
@@ -102,11 +110,15 @@ def probe(send: Sender, pack: int, least: int, vocab: int, needles: int = 4, see
             prompts = [needle if n == -1 else generate.token_ids(rnd, n, vocab) for n in lengths]
             packed, batches = send(prompts, lengths.index(-1))
             if batches != [(len(prompts), sum(len(p) for p in prompts))]:
-                continue  # not one prefill batch: proves nothing either way
+                # not one prefill batch: proves nothing either way
+                progress(f"needle {number}: packed {name} ({len(prompts)} prompts): not one prefill batch, not counted")
+                continue
             counted.append(name)
             step = first_divergence(alone, packed)
             if step is not None:
                 differ[name] = step
+            progress(f"needle {number}: packed {name} ({len(prompts)} prompts): "
+                     + ("identical" if step is None else f"differs at position {step}"))
         found[length] = {"counted": counted, "differ": differ}
     return found
 
@@ -131,19 +143,23 @@ def model_heads(model_path: str) -> tuple[int, int]:
 
 
 def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequence[str] = (), needles: int = 4,
-           seed: int = 0, static_gb: float | None = None) -> packing.Record:
+           seed: int = 0, static_gb: float | None = None, progress: Callable[[str], None] = _quiet) -> packing.Record:
     """Start a candidate server, probe it, write the record to ``out`` and return it; ``PackingError``
-    (no record written) when the pack does not verify."""
+    (no record written) when the pack does not verify. ``progress`` gets a line as the server starts and as
+    the probe goes (``probe``)."""
     from corun_sglang import records
     from corun_sglang.tools.launch import Server
 
     vocab = model_vocab(model_path)
     args = ["--corun", "--corun-prefill-pack-candidate", str(pack), *server_args]
+    progress(f"starting the candidate server (pack {pack} tokens; log: {log})")
     server = Server(model_path, args, log, static_gb=static_gb)
+    progress(f"server ready at {server.url}")
     try:
         environment = records.environment_from_log(server.log_text())
         least = packing.candidate_from_log(server.log_text())["shortest"]
-        found = probe(http_sender(server.url, log), pack, least, vocab, needles=needles, seed=seed)
+        found = probe(http_sender(server.url, log), pack, least, vocab, needles=needles, seed=seed,
+                      progress=progress)
     finally:
         server.stop()
     problems = failures(found)

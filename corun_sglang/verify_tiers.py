@@ -95,16 +95,28 @@ def http_sender(url: str, timeout: float = 900) -> Sender:
     return run
 
 
+def _quiet(line: str) -> None:
+    pass
+
+
 def probe(send: Sender, n: int, candidates: Sequence[int], needle_bodies: Sequence[dict], vocab: int,
-          seed: int = 1) -> dict[int, list[int | None]]:
-    """Per candidate M: for each needle, its first step that differs from its N-slot reference (None: none)."""
+          seed: int = 1, progress: Callable[[str], None] = _quiet) -> dict[int, list[int | None]]:
+    """Per candidate M: for each needle, its first step that differs from its N-slot reference (None: none).
+    ``progress`` gets a line as each reference and each candidate starts, and each candidate's outcome."""
     tokens = corunner_tokens(n, max(b["sampling_params"]["max_new_tokens"] for b in needle_bodies))
-    reference = [send(corunners(n - 1, tokens, vocab, seed), b) for b in needle_bodies]
-    return {
-        m: [first_divergence(ref, send(corunners(m - 1, tokens, vocab, seed + m), b))
-            for ref, b in zip(reference, needle_bodies)]
-        for m in sorted(candidates)
-    }
+    count = len(needle_bodies)
+    reference = []
+    for i, b in enumerate(needle_bodies):
+        progress(f"reference: needle {i + 1}/{count} among {n - 1} co-runners (the {n}-slot graph)")
+        reference.append(send(corunners(n - 1, tokens, vocab, seed), b))
+    found = {}
+    for m in sorted(candidates):
+        progress(f"size {m}: {count} needles, each among {m - 1} co-runners")
+        found[m] = [first_divergence(ref, send(corunners(m - 1, tokens, vocab, seed + m), b))
+                    for ref, b in zip(reference, needle_bodies)]
+        differ = [s for s in found[m] if s is not None]
+        progress(f"size {m}: " + (f"differs from step {min(differ)}" if differ else "identical"))
+    return found
 
 
 def verdict(found: Mapping[int, Sequence[int | None]]) -> tuple[list[int], dict[int, int]]:
@@ -125,20 +137,22 @@ def model_vocab(model_path: str, default: int = 32000) -> int:
 
 def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: Path, server_args: Sequence[str] = (),
            needle_count: int = 2, needle_tokens: int = 32, seed: int = 0, static_gb: float | None = None,
-           env: Mapping[str, str] | None = None) -> "Record":
+           env: Mapping[str, str] | None = None, progress: Callable[[str], None] = _quiet) -> "Record":
     """Start a candidate server (with ``env`` added to its environment), probe it, write the record to
-    ``out``; returns it."""
+    ``out``; returns it. ``progress`` gets a line as the server starts and as the probe goes (``probe``)."""
     from corun_sglang import records, tiers
     from corun_sglang.tools.launch import Server
 
     args = ["--corun", "--max-running-requests", str(n),
             "--corun-decode-tier-candidates", ",".join(map(str, candidates)), *server_args]
+    progress(f"starting the candidate server (N = {n}, candidates {list(candidates)}; log: {log})")
     server = Server(model_path, args, log, static_gb=static_gb, env=env)
+    progress(f"server ready at {server.url}")
     try:
         environment = records.environment_from_log(server.log_text())
         vocab = model_vocab(model_path)
         found = probe(http_sender(server.url), n, candidates, needles(needle_count, needle_tokens, vocab, seed),
-                      vocab, seed=seed + 1)
+                      vocab, seed=seed + 1, progress=progress)
     finally:
         server.stop()
     passed, rejected = verdict(found)

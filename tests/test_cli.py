@@ -79,3 +79,37 @@ def test_verify_prefill_pack_refuses_a_bad_pack_before_starting_a_server(tmp_pat
     out = tmp_path / "pack.json"
     code = cli.main(["verify-prefill-pack", "--model-path", str(tmp_path), "--pack", "64", "--out", str(out)])
     assert code == 2 and "below 128" in capsys.readouterr().err and not out.exists()
+
+
+def test_progress_lines_carry_the_elapsed_seconds_and_go_out_at_once():
+    import io
+
+    from corun_sglang import cli
+
+    stream, now = io.StringIO(), iter([100.0, 100.0, 163.25])
+    say = cli.progress("verify-tiers", stream=stream, clock=lambda: next(now))
+    say("starting the candidate server")
+    assert stream.getvalue() == "corun-sglang verify-tiers [    0.0 s] starting the candidate server\n"
+    say("size 64: identical")
+    assert stream.getvalue().splitlines()[-1] == "corun-sglang verify-tiers [   63.2 s] size 64: identical"
+
+
+@pytest.mark.parametrize("command,module,argv", [
+    ("verify-tiers", "verify_tiers", ["--candidates", "64"]),
+    ("verify-prefill-pack", "verify_packing", ["--pack", "1024"]),
+])
+def test_the_verify_commands_print_the_probes_progress(command, module, argv, tmp_path, monkeypatch, capsys):
+    import importlib
+
+    from corun_sglang import cli
+
+    probe = importlib.import_module(f"corun_sglang.{module}")
+
+    def verify(*args, progress, **kwargs):
+        progress("server ready")
+        raise RuntimeError("the probe stopped here")
+
+    monkeypatch.setattr(probe, "verify", verify)
+    code = cli.main([command, "--model-path", str(tmp_path), *argv, "--out", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"corun-sglang {command} [" in err and "s] server ready" in err

@@ -1,9 +1,11 @@
 """``verify``: the audit logic against small local OpenAI-compatible servers.
 
-Three local servers stand in for deployments: one whose completions depend
-only on (prompt, seed) (must pass), one whose logprobs shift with the number
-of requests in flight, as batch-dependent kernels do (must fail), and one that
-ignores ``seed`` (must fail).
+Local servers stand in for deployments: one whose completions depend only on
+(prompt, seed) (must pass, with or without a ``system_fingerprint``), one whose
+logprobs shift with the number of requests in flight, as batch-dependent kernels
+do (must fail), one that ignores ``seed`` (must fail), and one whose outputs are
+invariant but whose fingerprint changes after the first requests, as a server
+reconfigured mid-run (must fail).
 """
 
 import hashlib
@@ -21,7 +23,7 @@ import pytest
 from corun_sglang import verify
 
 
-def _completion(prompt: str, seed: int, max_tokens: int, shift: float) -> dict:
+def _completion(prompt: str, seed: int, max_tokens: int, shift: float, fingerprint: str | None) -> dict:
     rnd = random.Random(hashlib.sha256(f"{prompt}|{seed}".encode()).hexdigest())
     tokens = [f" w{rnd.randrange(1000)}" for _ in range(max_tokens)]
     logprobs = [-rnd.random() * 5 + shift for _ in range(max_tokens)]
@@ -33,11 +35,16 @@ def _completion(prompt: str, seed: int, max_tokens: int, shift: float) -> dict:
                          "text_offset": list(range(max_tokens)), "top_logprobs": None},
         }],
         "usage": {"prompt_tokens": 1, "completion_tokens": max_tokens, "total_tokens": max_tokens + 1},
+        **({} if fingerprint is None else {"system_fingerprint": fingerprint}),
     }
 
 
+#: Requests answered with the first fingerprint by the server that is reconfigured mid-run.
+RECONFIGURED_AFTER = 3
+
+
 def _server(mode: str):
-    inflight = {"n": 0}
+    inflight = {"n": 0, "answered": 0}
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
@@ -51,11 +58,16 @@ def _server(mode: str):
             time.sleep(0.05)  # let concurrent requests overlap, as in a batch
             with lock:
                 busy = inflight["n"]
+                inflight["answered"] += 1
+                answered = inflight["answered"]
             seed = body.get("seed")
             if mode == "ignores-seed":
                 seed = random.random()
             shift = 1e-6 * (busy - 1) if mode == "batch-dependent" else 0.0
-            reply = json.dumps(_completion(body["prompt"], seed, body["max_tokens"], shift)).encode()
+            fingerprint = None if mode == "no-fingerprint" else "fp_1"
+            if mode == "reconfigured" and answered > RECONFIGURED_AFTER:
+                fingerprint = "fp_2"
+            reply = json.dumps(_completion(body["prompt"], seed, body["max_tokens"], shift, fingerprint)).encode()
             with lock:
                 inflight["n"] -= 1
             self.send_response(200)
@@ -65,6 +77,7 @@ def _server(mode: str):
             self.wfile.write(reply)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.answered = lambda: inflight["answered"]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -78,6 +91,8 @@ def serve():
         started.append(server)
         return f"http://127.0.0.1:{server.server_address[1]}"
 
+    start.answered = lambda: sum(server.answered() for server in started)
+
     yield start
     for server in started:
         server.shutdown()
@@ -89,25 +104,39 @@ def test_prompts_are_reproducible_and_varied():
     assert len({len(p.split()) for p in a}) > 5
 
 
-def test_invariant_server_passes(serve):
-    url = serve("invariant")
+@pytest.mark.parametrize("mode,says", [("invariant", "system_fingerprint: fp_1 in every reply"),
+                                       ("no-fingerprint", "system_fingerprint: none")])
+def test_invariant_server_passes(serve, mode, says):
+    url = serve(mode)
     send = verify.openai_sender(url, "m", max_tokens=8, temperature=0.6)
-    reports = verify.run(send, verify.prompts(6), batch=12)
-    assert all(r.ok for r in reports)
-    assert "no divergence" in verify.render(reports)
+    audit = verify.run(send, verify.prompts(6), batch=12)
+    assert audit.ok and all(r.ok for r in audit.prompts)
+    text = verify.render(audit)
+    assert "no divergence" in text and says in text and "DIFFERS" not in text
 
 
 @pytest.mark.parametrize("mode", ["batch-dependent", "ignores-seed"])
 def test_nondeterministic_servers_are_flagged_with_the_step(serve, mode):
     url = serve(mode)
     send = verify.openai_sender(url, "m", max_tokens=8, temperature=0.6)
-    reports = verify.run(send, verify.prompts(6), batch=12)
-    assert not all(r.ok for r in reports)
-    text = verify.render(reports)
+    audit = verify.run(send, verify.prompts(6), batch=12)
+    assert not audit.ok and not all(r.ok for r in audit.prompts)
+    text = verify.render(audit)
     assert "DIVERGES" in text and "at step 0" in text
 
 
-@pytest.mark.parametrize("mode,code", [("invariant", 0), ("batch-dependent", 1)])
+def test_a_fingerprint_that_changes_between_rounds_fails_though_every_output_matches(serve):
+    url = serve("reconfigured")
+    send = verify.openai_sender(url, "m", max_tokens=8, temperature=0.6)
+    audit = verify.run(send, verify.prompts(RECONFIGURED_AFTER), batch=8)
+    assert all(r.ok for r in audit.prompts) and not audit.ok
+    assert audit.fingerprints["alone"] == ["fp_1"] and audit.fingerprints["concurrent reversed"] == ["fp_2"]
+    text = verify.render(audit)
+    assert "system_fingerprint DIFFERS across rounds (alone: fp_1; concurrent: fp_2;" in text
+    assert text.endswith("no divergence; fingerprints differ")
+
+
+@pytest.mark.parametrize("mode,code", [("invariant", 0), ("batch-dependent", 1), ("reconfigured", 1)])
 def test_cli_exit_code(serve, mode, code):
     url = serve(mode)
     exe = Path(sys.executable).with_name("corun-sglang")
@@ -127,3 +156,22 @@ def test_cli_reports_an_unreachable_server():
         capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 2 and "could not complete" in out.stderr
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--prompts", "0"], "--prompts 0: nothing to check"),
+    (["--batch", "0"], "--batch 0: a concurrent round holds every prompt and a co-runner, so --batch must be at "
+                       "least 16"),
+    (["--prompts", "4", "--batch", "3"], "--batch must be at least 4"),
+    (["--prompts", "1", "--batch", "1"], "--batch must be at least 2"),
+])
+def test_cli_refuses_a_run_that_would_compare_nothing(serve, capsys, argv, says):
+    from corun_sglang import cli
+
+    url = serve("invariant")
+    assert cli.main(["verify", "--base-url", url, "--model", "m", *argv]) == 2
+    out = capsys.readouterr()
+    assert says in out.err and "no divergence" not in out.out
+    assert serve.answered() == 0  # refused before any request
+    with pytest.raises(ValueError, match="nothing to check"):
+        verify.run(verify.openai_sender(url, "m", 4, 0.6), [], batch=8)

@@ -59,6 +59,28 @@ def test_a_pack_whose_bits_follow_co_runners_or_place_does_not_verify(bits, says
     assert problems and any(says in p for p in problems)
 
 
+def test_the_probe_reports_each_needle_and_packing_as_it_is_checked():
+    send, calls = pack_server(lambda p, prompts, i: -0.5 - (len(prompts) > 1 and i == 0) * 2.0 ** -20)
+    lines = []
+    verify_packing.probe(send, PACK, LEAST, vocab=1000, needles=2,
+                         progress=lambda line: lines.append((line, len(calls))))
+    first, last = verify_packing.needle_lengths(PACK, LEAST, 2)
+    assert [line for line, _ in lines if "alone" in line] == [f"needle 1/2: {first} tokens, alone",
+                                                              f"needle 2/2: {last} tokens, alone"]
+    packed = [(line, sent) for line, sent in lines if "packed" in line]
+    assert len(packed) == 8 and [sent for _, sent in packed] == [2, 3, 4, 5, 7, 8, 9, 10]  # each as it returns
+    assert packed[0][0].startswith("needle 1: packed short-first (") and packed[0][0].endswith(
+        "prompts): differs at position 0")
+    assert packed[1][0].startswith("needle 1: packed short-last (") and packed[1][0].endswith("): identical")
+
+
+def test_a_server_that_never_packs_reports_each_packing_as_not_counted():
+    send, _ = pack_server(lambda p, prompts, i: -0.5, batch=False)
+    lines = []
+    verify_packing.probe(send, PACK, LEAST, vocab=1000, needles=1, progress=lines.append)
+    assert len(lines) == 5 and all(line.endswith("not one prefill batch, not counted") for line in lines[1:])
+
+
 def test_a_server_that_never_packs_verifies_nothing():
     send, _ = pack_server(lambda p, prompts, i: -0.5, batch=False)
     problems = verify_packing.failures(verify_packing.probe(send, PACK, LEAST, vocab=1000))

@@ -45,6 +45,24 @@ def test_probe_keeps_exactly_the_sizes_whose_graphs_match():
     assert sent[2:] == [(m - 1, m) for m in candidates for _ in range(2)]
 
 
+def test_the_probe_reports_each_reference_and_each_size_as_it_is_checked():
+    send, sent = graph_server([8, 16, N], same={16, N})
+    lines = []
+
+    def progress(line):
+        lines.append((line, len(sent)))  # with the requests sent so far: each line comes as its step does
+
+    verify_tiers.probe(send, N, [16, 8], verify_tiers.needles(2, 12, vocab=1000), vocab=1000, progress=progress)
+    assert lines == [
+        (f"reference: needle 1/2 among {N - 1} co-runners (the {N}-slot graph)", 0),
+        (f"reference: needle 2/2 among {N - 1} co-runners (the {N}-slot graph)", 1),
+        ("size 8: 2 needles, each among 7 co-runners", 2),
+        ("size 8: differs from step 5", 4),
+        ("size 16: 2 needles, each among 15 co-runners", 4),
+        ("size 16: identical", 6),
+    ]
+
+
 def test_a_server_whose_small_graphs_all_differ_gets_no_tiers():
     send, _ = graph_server([8, 16, N], same={N})
     found = verify_tiers.probe(send, N, [8, 16], verify_tiers.needles(2, 12, vocab=1000), vocab=1000)

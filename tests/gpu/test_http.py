@@ -67,8 +67,8 @@ def _suite_row(arm, scenario, divergences):
         f.write(json.dumps(row) + "\n")
 
 
-def _verify_divergences(reports):
-    return [step for r in reports for step in r.divergences.values()]
+def _verify_divergences(audit):
+    return [step for r in audit.prompts for step in r.divergences.values()]
 
 
 def test_corun_http_path_is_invariant_and_restart_stable(launch, checkpoint, record):
@@ -78,7 +78,7 @@ def test_corun_http_path_is_invariant_and_restart_stable(launch, checkpoint, rec
     try:
         send = verify.openai_sender(server.url, MODEL, max_tokens=32, temperature=0.6,
                                     extra_body={"ignore_eos": True})
-        reports = verify.run(send, texts, batch=128, seed=11)
+        audit = verify.run(send, texts, batch=128, seed=11)
         chat_alone = [_chat(server.url, t, 100 + i) for i, t in enumerate(texts[:8])]
         with ThreadPoolExecutor(64) as pool:
             chat_busy = list(pool.map(lambda it: _chat(server.url, it[1], 100 + it[0]),
@@ -92,17 +92,17 @@ def test_corun_http_path_is_invariant_and_restart_stable(launch, checkpoint, rec
         unseeded_after = _unseeded(server.url, texts[:8])
     finally:
         server.stop()
-    _suite_row("corun", "http-verify", _verify_divergences(reports))
+    _suite_row("corun", "http-verify", _verify_divergences(audit))
     _suite_row("corun", "http-chat", [None if chat_busy[i] == chat_alone[i % 8] else 0
                                       for i in range(len(chat_busy))])
     _suite_row("corun", "http-restart", [None if a == b else 0 for a, b in zip(unseeded_before, unseeded_after)])
     record("http_corun", {
-        "command": server.command, "verify": verify.render(reports), "verify_cli": cli.stdout,
+        "command": server.command, "verify": verify.render(audit), "verify_cli": cli.stdout,
         "chat_identical": sum(chat_busy[i] == chat_alone[i % 8] for i in range(len(chat_busy))),
         "chat_comparisons": len(chat_busy),
         "unseeded_identical_after_restart": unseeded_before == unseeded_after,
     })
-    assert all(r.ok for r in reports), verify.render(reports)
+    assert audit.ok, verify.render(audit)
     assert all(chat_busy[i] == chat_alone[i % 8] for i in range(len(chat_busy)))
     assert unseeded_before == unseeded_after
     assert cli.returncode == 0, cli.stdout + cli.stderr
