@@ -4,7 +4,9 @@
 # (test_server), the core determinism test with default SGLang as its negative control
 # (test_determinism), and the malformed-request corpus against a live --corun server while seeded
 # co-runners decode (test_malformed_on_gpu). Logs and JSON results go to RESULTS_DIR.
-# usage: scripts/gpu_check.sh [RESULTS_DIR]      (about 8 minutes on an H200 with prebuilt kernels)
+# usage: [TESTS="tests/gpu/..."] scripts/gpu_check.sh [RESULTS_DIR]
+# (the default set takes about 8 minutes on an H200 with prebuilt kernels; TESTS picks other GPU tests,
+# e.g. TESTS=tests/gpu/test_contract_on_gpu.py for the fingerprint, replay and unseeded-group checks)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 results="$(realpath -m "${1:-results/gpu_check}")"
@@ -17,6 +19,6 @@ mkdir -p "$results"
 corun-sglang apply-patches > "$results/patches.log" 2>&1 || python3 -m corun_sglang.cli apply-patches >> "$results/patches.log" 2>&1
 CORUN_RESULTS="$results" CORUN_STATIC_GB="${CORUN_STATIC_GB:-40}" PYTHONUNBUFFERED=1 \
     python3 -m pytest -v -rA --durations=0 -p no:cacheprovider \
-    tests/gpu/test_server.py tests/gpu/test_determinism.py tests/gpu/test_malformed_on_gpu.py \
+    ${TESTS:-tests/gpu/test_server.py tests/gpu/test_determinism.py tests/gpu/test_malformed_on_gpu.py} \
     2>&1 | tee "$results/pytest.log"
 exit "${PIPESTATUS[0]}"
