@@ -1,4 +1,5 @@
-"""``adapters.operations``: the step and isolation metrics of a ``--corun`` scheduler, on real SGLang batches.
+"""``adapters.operations``: reservations, contract stops, and the step and isolation metrics of a ``--corun``
+scheduler, on real SGLang batches.
 
 Prefill batches are SGLang's own: ``PrefillAdder`` admits (and chunks) real requests over a real token
 allocator and chunk cache on CPU tensors, and ``ScheduleBatch.prepare_for_extend`` lays the batch out as the
@@ -7,24 +8,18 @@ scheduler runs it. The values are read back through prometheus_client.
 
 import functools
 import types
-from array import array
 
 import pytest
 import torch
 from prometheus_client import CollectorRegistry
 from sglang.srt.runtime_context import publish
 
+from adapters.helpers import PACK, _adder, _req, _Scheduler
 from corun_sglang import metrics, steps
 from corun_sglang.adapters import operations
+from corun_sglang.stops import CorunContractError
 
 CHUNK = 64
-PACK = 256  # the tiny model packs prompts of 33 to 256 tokens (GQA 2)
-
-
-class _Scheduler(types.SimpleNamespace):
-    """What the operations adapters read of SGLang's ``Scheduler`` (weak-referable, hashed by identity)."""
-
-    __hash__ = object.__hash__
 
 
 class _Collector(types.SimpleNamespace):
@@ -43,17 +38,6 @@ def _cache(pool_tokens):
     r2t = ReqToTokenPool(size=16, max_context_len=8192, device="cpu", enable_memory_saver=False)
     params = CacheInitParams(disable=True, req_to_token_pool=r2t, token_to_kv_pool_allocator=alloc, page_size=1)
     return alloc, r2t, ChunkCache(params)
-
-
-def _req(rid, prompt_len, max_new, cache):
-    from sglang.srt.managers.schedule_batch import Req
-    from sglang.srt.sampling.sampling_params import SamplingParams
-
-    sp = SamplingParams(max_new_tokens=max_new)
-    sp.normalize(None)
-    req = Req(str(rid), "", array("q", range(prompt_len)), sp, vocab_size=1024)
-    req.init_next_round_input(cache)
-    return req
 
 
 class _Pool:
@@ -221,3 +205,163 @@ def test_without_metrics_or_corun_no_step_is_counted(make_args, corun_scheduler)
     assert operations.scheduler_reservations("reporter", plain) == "reporter"
     assert operations.count_step("result", plain, batch) == "result"
     assert value(metrics.DECODE_GRAPHS, graph_size="256") is None
+
+
+# ----------------------------------------------------------------- reservations, metrics, contract stops
+
+
+def _stats_scheduler(adder, waiting, cache, **kwargs):
+    return _Scheduler(
+        running_batch=adder.running_batch, last_batch=None, cur_batch_for_debug=None, chunked_req=None,
+        waiting_queue=[_req(200 + i, p, n, cache) for i, (p, n) in enumerate(waiting)], page_size=1,
+        token_to_kv_pool_allocator=adder.token_to_kv_pool_allocator, **{"max_running_requests": 8, **kwargs})
+
+
+def _private_metrics():
+    from prometheus_client import CollectorRegistry
+
+    from corun_sglang import metrics
+
+    registry = CollectorRegistry()
+    labels = {"model_name": "m", "tp_rank": 0}
+    return metrics.Metrics(labels, registry=registry), lambda name: registry.get_sample_value(
+        name, {"model_name": "m", "tp_rank": "0"})
+
+
+def test_reservation_gauges_count_what_admission_refuses_for_kv(serving):
+    """Pool 1000, one running request reserving 300 + 200 + 1 (and one finished, which reserves nothing): a
+    waiting request counts as waiting for KV exactly when SGLang's PrefillAdder, under --corun, refuses it
+    for KV."""
+    from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    serving(True)
+    waiting = [(100, 100), (400, 200), (498, 0), (499, 0)]
+    adder, cache = _adder(1000, [(300, 200), (50, 50)], used=350)
+    adder.running_batch.reqs[1].finished_reason = FINISH_LENGTH(50)
+    scheduler = _stats_scheduler(adder, waiting, cache)
+    counted, value = _private_metrics()
+    collector = _Collector()
+    operations._watch(collector, scheduler, counted)
+    operations.publish_reservations(None, collector, "SGLang's SchedulerStats")
+    assert (value("corun_kv_reserved_tokens"), value("corun_kv_used_tokens"), value("corun_kv_pool_tokens")) == (
+        501, 350, 1000)
+    refused = 0
+    for p, n in waiting:
+        fresh, fresh_cache = _adder(1000, [(300, 200)])
+        refused += fresh.add_one_req(_req(9, p, n, fresh_cache), False, None) is AddReqResult.NO_TOKEN
+    assert value("corun_requests_waiting_for_kv") == refused == 2
+
+    scheduler.chunked_req = _req(300, 60, 10, cache)  # a prompt between its chunks reserves its sequence too
+    scheduler.cur_batch_for_debug = adder.running_batch  # counted once
+    operations.publish_reservations(None, collector, "SGLang's SchedulerStats")
+    assert value("corun_kv_reserved_tokens") == 501 + 71 and value("corun_requests_waiting_for_kv") == 3
+
+
+def test_reservation_gauges_are_sglangs_alone_without_corun():
+    collector = _Collector()
+    assert operations.publish_reservations("logged", collector, "stats") == "logged"
+
+
+@pytest.mark.parametrize("with_metrics", [False, True])
+def test_a_corun_scheduler_logs_its_capacity_and_registers_the_metrics(make_args, monkeypatch, caplog, with_metrics):
+    import functools
+    import logging
+
+    from prometheus_client import CollectorRegistry
+
+    from corun_sglang import metrics
+
+    registry = CollectorRegistry()
+    monkeypatch.setattr(metrics, "Metrics", functools.partial(metrics.Metrics, registry=registry))
+    adder, cache = _adder(104_000, [(100, 512)])
+    collector = _Collector(labels={"model_name": "m"}) if with_metrics else None
+    scheduler = _stats_scheduler(adder, [], cache, server_args=make_args(corun=True), max_req_len=40_959,
+                                 model_config=types.SimpleNamespace(context_len=40_960), max_running_requests=256,
+                                 metrics_collector=collector)
+    with caplog.at_level(logging.INFO, logger=operations.__name__):
+        assert operations.scheduler_reservations("reporter", scheduler, 0, 0, None) == "reporter"
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("corun admission")]
+    assert len(lines) == 1 and "2 of N = 256" in lines[0]
+    if with_metrics:
+        operations.publish_reservations(None, collector, "stats")
+        assert registry.get_sample_value("corun_kv_reserved_tokens", {"model_name": "m"}) == 613
+    else:
+        assert registry.get_sample_value("corun_kv_reserved_tokens", {"model_name": "m"}) is None
+
+
+class _Tokenizer:
+    """The scheduler's channel to the tokenizer manager: what it was sent."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send_output(self, output, recv_obj=None):
+        self.sent.append(output)
+
+
+def _stopping_scheduler(make_args, corun=True):
+    from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+
+    adder, cache = _adder(10_000, [(100, 10), (100, 10), (100, 10)])
+    adder.running_batch.reqs[2].finished_reason = FINISH_LENGTH(10)  # finished: already answered
+    counted, value = _private_metrics()
+    scheduler = _stats_scheduler(
+        adder, [(50, 10)], cache, server_args=make_args(corun=corun),
+        ipc_channels=types.SimpleNamespace(send_to_tokenizer=_Tokenizer()), metrics_collector=_Collector())
+    operations._watch(scheduler.metrics_collector, scheduler, counted)
+    return scheduler, value
+
+
+def test_a_contract_stop_answers_every_held_request_logs_one_line_and_stops(make_args, monkeypatch, caplog):
+    import asyncio
+    import logging
+    from http import HTTPStatus
+
+    import fastapi
+    from sglang.srt.managers.io_struct import AbortReq
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+    from corun_sglang import stops
+
+    monkeypatch.setattr(stops, "ANSWER_GRACE_S", 0)
+    scheduler, value = _stopping_scheduler(make_args)
+    error = CorunContractError("decode retraction was about to run\nfor a batch of 2 requests")
+
+    def loop(self):
+        raise error
+
+    with caplog.at_level(logging.INFO), pytest.raises(CorunContractError) as raised:
+        operations.event_loop(loop, scheduler)
+    assert raised.value is error  # SGLang's scheduler-crash path gets it and stops the process tree
+    assert [r.getMessage() for r in caplog.records if "corun contract stop" in r.getMessage()] == [
+        "corun contract stop: decode retraction was about to run for a batch of 2 requests"]
+    assert value("corun_contract_stops_total") == 1
+
+    sent = scheduler.ipc_channels.send_to_tokenizer.sent
+    assert all(isinstance(s, AbortReq) for s in sent)
+    assert sorted(s.rid for s in sent) == ["100", "101", "200"]  # waiting and running, not the finished one
+    reason = sent[0].finished_reason
+    assert reason["status_code"] is HTTPStatus.SERVICE_UNAVAILABLE and reason["message"].startswith(stops.line(error))
+
+    # the tokenizer manager turns the answer into an HTTP 503 (non-streaming) or a streamed error chunk
+    manager = types.SimpleNamespace(rid_to_state={}, enable_lora=False)
+    state = types.SimpleNamespace(obj=types.SimpleNamespace(rid="100"))
+    out = {"meta_info": {"finish_reason": reason}}
+    with pytest.raises(fastapi.HTTPException) as http:
+        asyncio.run(TokenizerManager._handle_abort_finish_reason(manager, out, state, False))
+    assert http.value.status_code == 503 and http.value.detail == reason["message"]
+    assert asyncio.run(TokenizerManager._handle_abort_finish_reason(manager, out, state, True)) is out
+
+
+@pytest.mark.parametrize("corun,error", [(False, CorunContractError("stop")), (True, RuntimeError("crash"))])
+def test_other_scheduler_errors_take_sglangs_path_untouched(make_args, corun, error):
+    scheduler, value = _stopping_scheduler(make_args, corun=corun)
+
+    def loop(self):
+        raise error
+
+    with pytest.raises(type(error)):
+        operations.event_loop(loop, scheduler)
+    assert scheduler.ipc_channels.send_to_tokenizer.sent == []
+    assert value("corun_contract_stops_total") == 0

@@ -1,0 +1,36 @@
+"""``adapters.startup``: the decode graph runner's start checks a prefill pack record against this
+environment, and a candidate logs its own."""
+
+import types
+
+import pytest
+
+from adapters.helpers import PACK
+from corun_sglang.adapters import startup
+from corun_sglang.stops import CorunContractError
+
+
+def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate_logs_its_own(
+        make_args, tmp_path, monkeypatch, caplog):
+    import json
+
+    from corun_sglang import pack_record, records
+
+    path = tmp_path / "pack.json"
+    path.write_text(json.dumps(pack_record.Record(pack=PACK, shortest=33, environment={"gpu": "A"}).to_json()))
+    monkeypatch.setattr(startup, "environment", lambda model_runner: {"gpu": "B"})
+    graphs = types.SimpleNamespace(capture_bs=[256])
+
+    def runner(**options):
+        return types.SimpleNamespace(server_args=make_args(corun=True, **options),
+                                     req_to_token_pool=types.SimpleNamespace(size=300))
+
+    with pytest.raises(CorunContractError,
+                       match=r"--corun-prefill-pack .*pack.json was verified in another environment "
+                             r"\(gpu: verified with 'A', this server has 'B'\).*verify-prefill-pack"):
+        startup.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack=str(path)))
+    with caplog.at_level("WARNING"):
+        assert startup.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack_candidate=PACK)) == "built"
+    assert records.environment_from_log(caplog.text) == {"gpu": "B"}
+    assert pack_record.candidate_from_log(caplog.text) == {"pack": PACK, "shortest": 33, "kernel": "fa2"}
+    assert startup.decode_graph_runner_init("built", graphs, runner()) == "built"  # nothing to verify
