@@ -66,3 +66,16 @@ def test_version_flag(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.strip() == f"corun-sglang {__version__}"
+
+
+def test_corun_resolves_for_it_on_sglangs_own_options(smollm2, sglang_plugins):
+    from sglang.srt.server_args import prepare_server_args
+
+    from corun_sglang import packing
+
+    args = prepare_server_args(["--model-path", str(smollm2), "--device", "cuda", "--corun"])
+    model = args.get_model_config()
+    assert (model.num_attention_heads, model.get_total_num_kv_heads()) == (9, 3)
+    assert args.corun_config.decode_batch_size == 256 and args.corun_config.attention_backend == "flashinfer"
+    # FA2's query-tile rule at GQA 3: a packed prompt of 22 tokens holds 66 query rows, above the 64-row tile
+    assert packing.shortest(9, 3) == 22 and 22 * 3 > packing.QUERY_TILE_ROWS >= 21 * 3
