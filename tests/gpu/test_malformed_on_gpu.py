@@ -68,6 +68,8 @@ def test_malformed_requests_get_4xx_and_change_no_co_runner(launch, checkpoint, 
     record("malformed_on_gpu", {"command": server.command, "statuses": statuses, "wrong": wrong,
                                 "co_runners": harness.summary(divergences)})
     assert healthy == 200
+    # every co-runner ran its whole length (ignore_eos): two empty outputs would compare equal
+    assert all(len(g.tokens) == len(g.logprobs) == 256 for g in (*alone, *together, *after))
     assert after == alone[:2]
     assert not wrong, wrong
     assert all(d is None for d in divergences), harness.summary(divergences)
