@@ -8,6 +8,7 @@ negative control.
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -33,14 +34,20 @@ def _chat(url, text, seed):
         model=MODEL, messages=[{"role": "user", "content": text}], max_tokens=24,
         temperature=0.6, seed=seed, logprobs=True,
     )
-    return [(c.token, c.logprob) for c in out.choices[0].logprobs.content]
+    return _bits([c.token for c in out.choices[0].logprobs.content], [c.logprob for c in out.choices[0].logprobs.content])
+
+
+def _bits(tokens, logprobs):
+    """Tokens with their logprobs' IEEE-754 bit patterns: equal only if bitwise equal (-0.0 != 0.0)."""
+    assert tokens and len(tokens) == len(logprobs), "an empty output, or logprobs missing"
+    return tuple(zip(tokens, (struct.pack("<d", float(x)).hex() for x in logprobs)))
 
 
 def _unseeded(url, texts):
     def one(text):
         out = _client(url).completions.create(model=MODEL, prompt=text, max_tokens=24,
                                               temperature=0.8, logprobs=0)
-        return out.choices[0].logprobs.tokens, out.choices[0].logprobs.token_logprobs
+        return _bits(out.choices[0].logprobs.tokens, out.choices[0].logprobs.token_logprobs)
 
     with ThreadPoolExecutor(len(texts)) as pool:
         return list(pool.map(one, texts))

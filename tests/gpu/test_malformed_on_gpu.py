@@ -4,10 +4,13 @@ Every case of ``request_corpus.CASES`` is sent (native ``/generate`` and the Ope
 streaming or not, batches and ``n > 1``) while eight seeded co-runners decode. The server must keep
 serving, every refused case must get a 4xx (a streamed ``/generate`` an error event with a 4xx code),
 every served case a 200, and each co-runner's tokens and logprobs must equal its run alone, bit for bit.
+The server's own running count (``/v1/loads``) must show all eight co-runners running while the corpus
+is sent.
 """
 
 import json
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import harness
@@ -16,6 +19,7 @@ import pytest
 
 from corun_sglang import request_corpus
 from corun_sglang.tools import generate
+from corun_sglang.tools.loads import LoadProbe
 
 pytestmark = pytest.mark.e2e
 
@@ -48,14 +52,17 @@ def _status(client, case) -> int:
 
 
 def test_malformed_requests_get_4xx_and_change_no_co_runner(launch, checkpoint, record):
-    server = launch(checkpoint, "--corun", "--served-model-name", MODEL, *SERVER_ARGS, name="malformed", text=True)
+    server = launch(checkpoint, "--corun", "--served-model-name", MODEL, "--load-snapshot-publish-interval", "1",
+                    *SERVER_ARGS, name="malformed", text=True)
     co_runners = [harness.request(p, 256, 0.8, 300 + i) for i, p in enumerate(generate.token_prompts(8, 64, 512, seed=30))]
     try:
         alone = harness.generate(server.url, co_runners, concurrent=False)
-        with ThreadPoolExecutor(len(co_runners) + 1) as pool:
+        with ThreadPoolExecutor(len(co_runners) + 1) as pool, LoadProbe(server.url) as probe:
             busy = pool.submit(harness.generate, server.url, co_runners)
+            start = time.monotonic()
             with httpx.Client(base_url=server.url, timeout=600) as client:
                 statuses = {case.name: _status(client, case) for case in request_corpus.CASES}
+            overlap = probe.during(start, time.monotonic())
             together = busy.result()
         with httpx.Client(base_url=server.url, timeout=60) as client:
             healthy = client.get("/health").status_code
@@ -66,8 +73,9 @@ def test_malformed_requests_get_4xx_and_change_no_co_runner(launch, checkpoint, 
              if not (400 <= statuses[case.name] < 500 if case.status == 400 else statuses[case.name] == 200)}
     divergences = harness.compare(alone, together)
     record("malformed_on_gpu", {"command": server.command, "statuses": statuses, "wrong": wrong,
-                                "co_runners": harness.summary(divergences)})
+                                "co_runners": harness.summary(divergences), "overlap": overlap.as_row(8)})
     assert healthy == 200
+    assert overlap.observed_max >= len(co_runners), overlap  # the corpus met all co-runners running
     # every co-runner ran its whole length (ignore_eos): two empty outputs would compare equal
     assert all(len(g.tokens) == len(g.logprobs) == 256 for g in (*alone, *together, *after))
     assert after == alone[:2]
