@@ -1,10 +1,8 @@
-"""``scripts/determinism_report.py``: suite rows aggregate into per-cell and per-arm counts."""
+"""``scripts/determinism_report.py``: the report's counts are recomputed from per-request digests."""
 
 import importlib.util
 import json
 from pathlib import Path
-
-import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "determinism_report.py"
 spec = importlib.util.spec_from_file_location("determinism_report", SCRIPT)
@@ -12,64 +10,187 @@ report = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(report)
 
 
-def _row(shape, arm, scenario, divergent, comparisons):
-    return {"shape": shape, "arm": arm, "scenario": scenario, "divergent": divergent,
-            "comparisons": comparisons, "first_steps": []}
+def _req(arm, scenario, key, role, digest, first=None, shape="qwen3-8b", **extra):
+    return {"shape": shape, "arm": arm, "config": "--corun" if arm.startswith("corun") else "",
+            "scenario": scenario, "key": key, "run": f"{role}-{extra.pop('run', 0)}", "role": role,
+            "digest": digest, "tokens": 16, "finish": "length", "first_divergence": first, **extra}
 
 
-def test_cells_and_totals_add_up(tmp_path):
-    rows = [
-        _row("qwen3-8b", "corun", "a", 0, 32), _row("qwen3-8b", "corun", "b", 0, 4),
-        _row("qwen3-8b", "corun", "b", 0, 4), _row("qwen3-8b", "default", "a", 30, 32),
-        _row("qwen3-moe-small", "deterministic", "d", 0, 4),
-    ]
-    (tmp_path / "suite.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    out = tmp_path / "determinism.md"
-    assert report.main([str(tmp_path), "--out", str(out), "--host", "H200"]) == 0
+def _needle(arm, scenario, key, outputs, null=("same",), shape="qwen3-8b"):
+    """A reference, its null control and compared rows: ``outputs`` holds (digest, first_divergence)."""
+    rows = [_req(arm, scenario, key, "reference", "ref", shape=shape)]
+    rows += [_req(arm, scenario, key, "null", "ref" if n == "same" else n, None if n == "same" else 0,
+                  shape=shape, run=i) for i, n in enumerate(null)]
+    rows += [_req(arm, scenario, key, "compared", d, f, shape=shape, run=i) for i, (d, f) in enumerate(outputs)]
+    return rows
+
+
+def _suite(arm, scenario, shape="qwen3-8b", **extra):
+    return {"shape": shape, "arm": arm, "scenario": scenario, "tp": 1, **extra}
+
+
+def _write(folder: Path, name: str, rows):
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / name, "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def _clean_run(root: Path):
+    """Two lanes' folders: corun identical everywhere, default diverging at step 0 and at step 5."""
+    overlap = {"intended": 64, "observed_max": 97, "observed_min": 1, "samples": 412}
+    corun = _needle("corun", "b", "needle0", [("ref", None)] * 4)
+    default = _needle("default", "b", "needle0", [("x", 0), ("y", 5), ("ref", None), ("z", 0)])
+    _write(root / "dense", "requests.jsonl", corun + default)
+    _write(root / "dense", "suite.jsonl", [
+        _suite("corun", "b", comparisons=4, divergent=0, null_comparisons=1, null_divergent=0, overlap=overlap,
+               cached_tokens=0),
+        _suite("default", "b", comparisons=4, divergent=3, null_comparisons=1, null_divergent=0, overlap=overlap,
+               cached_tokens=0)])
+    _write(root / "moe", "requests.jsonl", _needle("corun", "a", "p0", [("ref", None)] * 2, shape="qwen3-moe"))
+    _write(root / "moe", "suite.jsonl", [_suite("corun", "a", shape="qwen3-moe", comparisons=2, divergent=0,
+                                                overlap={"intended": 32, "observed_max": 32}, cached_tokens=0)])
+
+
+def test_main_writes_md_and_json_and_returns_0_on_clean_data(tmp_path):
+    _clean_run(tmp_path / "results")
+    # the suite's script concatenates the lanes' rows at the top: read once, not twice
+    lanes = sorted((tmp_path / "results").glob("*/suite.jsonl"))
+    (tmp_path / "results" / "suite.jsonl").write_text("".join(p.read_text() for p in lanes))
+    out = tmp_path / "docs" / "determinism.md"
+    rc = report.main([str(tmp_path / "results"), "--out", str(out), "--commit", "0123abc", "--host", "H200",
+                      "--command", "one", "--command", "two", "--note", "A note.", "--title", "TP 1"])
+    assert rc == 0
     text = out.read_text()
-    assert "| b. needle at a random position in batches of 64-256 (128 tokens) | - | - | 0 / 8 |" in text
-    assert "| a. bs 1 vs bs 32 (32 prompts, T 0.6, 16 tokens) | 30 / 32 | - | 0 / 32 |" in text
-    assert "| corun | 0 | 40 |" in text and "| default | 30 | 32 |" in text
+    assert text.startswith("# TP 1\n")
+    assert "Commit: `0123abc`" in text and "Host: H200" in text and "    one\n    two\n" in text
+    assert "A note." in text and "Skipped as concatenations" in text
+    assert "| qwen3-8b | 3 / 4 | 0 / 4 |" in text and "| qwen3-moe | - | 0 / 2 |" in text
+    assert "Under the `corun*` arms: 0 divergent of 6 comparisons." in text
+    assert "| b. needle at a random position in batches of 64-256 (128 tokens) | 3 / 4 | 0 / 4 |" in text
+    assert "## Consistency\n\nNone.\n" in text and "NOT PROVEN" not in text
     summary = json.loads(out.with_suffix(".json").read_text())
-    assert summary["totals"]["deterministic"] == [0, 4]
+    assert summary["commit"] == "0123abc" and summary["commands"] == ["one", "two"]
+    assert summary["totals"] == {"qwen3-moe": {"corun": [0, 2]}, "qwen3-8b": {"default": [3, 4], "corun": [0, 4]}}
+    assert summary["cells"]["qwen3-8b|b|default"] == [3, 4]
+    assert summary["problems"] == [] and summary["unverified"] == []
+    assert "rows" not in summary and "digest" not in json.dumps(summary)  # the raw rows stay in the jsonl files
+    assert "corun: 0 divergent of 6 comparisons: holds" in summary["checks"]
 
 
-def test_checks_state_the_corun_total_and_the_negative_controls(tmp_path):
-    rows = [_row("qwen3-8b", "corun", "c", 0, 1024), _row("qwen3-8b", "default", "a", 30, 32),
-            _row("qwen3-8b", "default", "b", 5, 8), _row("http-qwen3-small", "corun", "http-verify", 0, 32)]
-    summary = report.aggregate(rows)
-    assert report.checks(summary) == [
-        "corun: 0 divergent of 1056 comparisons",
-        "qwen3-8b, default SGLang diverges in a, b, d, i: a 30 / 32, b 5 / 8, d not run, i not run",
-    ]
-    text = report.render(summary, ["cmd"], "H200")
-    assert "## http-qwen3-small" in text and "| http-verify." in text
-    assert "| e. long outputs" not in text
+def test_counts_come_from_digests_not_from_first_divergence():
+    rows = _needle("corun", "b", "n", [("ref", None), ("other", None), ("ref", None)])
+    del rows[-2]["first_divergence"]  # a divergent output whose first_divergence the suite never wrote
+    summary = report.recompute(rows, [])
+    assert summary["cells"]["qwen3-8b|b|corun"] == [1, 3]
+    assert summary["problems"] == ["qwen3-8b|b|corun: rows whose digest differs from the reference but "
+                                   "first_divergence is null (key n, run compared-1, role compared)"]
+    same = report.recompute(_needle("corun", "b", "n", [("ref", 3)]), [])
+    assert same["cells"]["qwen3-8b|b|corun"] == [0, 1]
+    assert "digest equals the reference but first_divergence is set" in same["problems"][0]
 
 
-def test_an_arm_that_did_not_start_is_named():
-    rows = [_row("qwen3-8b", "corun", "a", 0, 32),
-            {**_row("qwen3-8b", "deterministic", "start", 0, 0), "error": "server exited with 1:\nValueError: x"}]
-    text = report.render(report.aggregate(rows), ["cmd"], "H200")
+def test_null_control_rows_are_counted_apart_from_compared_rows():
+    rows = _needle("corun", "b", "n", [("ref", None)] * 3, null=("same", "drift"))
+    summary = report.recompute(rows, [])
+    assert summary["cells"]["qwen3-8b|b|corun"] == [0, 3]
+    assert summary["controls"]["null"] == {"corun": [1, 2]}
+    assert "null control: corun 1 / 2 divergent of 2 on 1 arm: FAILS" in report.checks(summary)
+
+
+def test_a_cross_arm_row_is_compared_with_the_other_arms_reference():
+    rows = _needle("corun", "j", "p", [("ref", None)])
+    rows += [_req("corun-moe-compute", "j", "p", "compared", "ref", reference_arm="corun"),
+             _req("corun-moe-compute", "j", "p", "compared", "moe", 2, reference_arm="corun", run=1)]
+    summary = report.recompute(rows, [])
+    assert summary["cells"]["qwen3-8b|j|corun-moe-compute"] == [1, 2]
+    assert summary["problems"] == []
+    # without reference_arm the same rows look for a reference of their own arm, and find none
+    for r in rows:
+        r.pop("reference_arm", None)
+    lost = report.recompute(rows, [])
+    assert "qwen3-8b|j|corun-moe-compute" not in lost["cells"]
+    assert lost["problems"] == ["qwen3-8b|j|corun-moe-compute: compared rows without a reference "
+                                "(arm corun-moe-compute) (2 rows, e.g. key p, run compared-0, role compared)"]
+
+
+def test_the_default_arms_divergences_split_into_prefill_decode_and_prompt_logprobs():
+    rows = _needle("default", "a", "p", [("x", 0), ("y", 0), ("z", 7), ("w", 1), ("v", -1), ("ref", None)])
+    summary = report.recompute(rows, [])
+    assert summary["controls"]["negative"]["qwen3-8b|a"] == {
+        "divergent": 5, "compared": 6, "prefill": 2, "decode": 2, "prompt_logprobs": 1, "unlocated": 0}
+    text = report.render(summary)
+    assert "| qwen3-8b, a | 5 / 6 | 2 | 2 | 1 |" in text
+    assert "qwen3-8b, default SGLang diverges in a, b, d, i: a 5 / 6 (2 after step 0), b not run, d not run, " \
+           "i not run: holds" in report.checks(summary)
+
+
+def test_overlap_below_the_intended_count_or_missing_is_not_proven():
+    rows = _needle("corun", "b", "n", [("ref", None)]) + _needle("corun", "d", "n", [("ref", None)])
+    suite = [_suite("corun", "b", comparisons=1, divergent=0, overlap={"intended": 64, "observed_max": 40}),
+             _suite("corun", "d", comparisons=1, divergent=0)]
+    summary = report.recompute(rows, suite)
+    assert [e["proven"] for e in summary["controls"]["overlap"]["qwen3-8b|b|corun"]] == [False]
+    assert [e["proven"] for e in summary["controls"]["overlap"]["qwen3-8b|d|corun"]] == [False]
+    text = report.render(summary)
+    assert "| b | **40 < 64: NOT PROVEN** |" in text and "| d | **NOT PROVEN** (not measured) |" in text
+    assert "overlap: NOT PROVEN in 2 of 2 cells (qwen3-8b: b/corun, d/corun)" in report.checks(summary)
+    suite[0]["overlap"]["observed_max"] = 64
+    suite[1]["overlap"] = {"intended": 255, "observed_max": 256}
+    assert "overlap: proven in all 2 cells" in report.checks(report.recompute(rows, suite))
+
+
+def test_a_row_with_no_tokens_is_flagged_and_main_exits_1(tmp_path):
+    rows = _needle("corun", "b", "n", [("ref", None)])
+    rows[1]["tokens"] = 0
+    _write(tmp_path / "dense", "requests.jsonl", rows)
+    out = tmp_path / "determinism.md"
+    assert report.main([str(tmp_path), "--out", str(out)]) == 1
+    assert "- qwen3-8b|b|corun: rows with tokens == 0 (key n, run null-0, role null)" in out.read_text()
+    assert json.loads(out.with_suffix(".json").read_text())["problems"]
+
+
+def test_a_missing_or_doubled_reference_is_flagged():
+    rows = [r for r in _needle("corun", "b", "n", [("ref", None)]) if r["role"] != "reference"]
+    summary = report.recompute(rows, [])
+    assert "qwen3-8b|b|corun" not in summary["cells"]  # nothing to compare against: not counted
+    assert [p.split(": ")[1] for p in summary["problems"]] == [
+        "null rows without a reference (arm corun) (key n, run null-0, role null)",
+        "compared rows without a reference (arm corun) (key n, run compared-0, role compared)"]
+    doubled = _needle("corun", "b", "n", [("ref", None)]) + [_req("corun", "b", "n", "reference", "ref")]
+    assert report.recompute(doubled, [])["problems"] == ["qwen3-8b|b|corun: 2 references for key n"]
+
+
+def test_the_suites_own_counts_are_cross_checked():
+    rows = _needle("corun", "b", "n", [("ref", None), ("ref", None)])
+    suite = [_suite("corun", "b", comparisons=2, divergent=1, null_comparisons=1, null_divergent=0)]
+    assert report.recompute(rows, suite)["problems"] == [
+        "qwen3-8b|b|corun: suite.jsonl says 1 / 2 divergent, requests.jsonl gives 0 / 2"]
+
+
+def test_older_suite_rows_without_the_new_keys_still_render():
+    suite = [_suite("corun", "a", comparisons=32, divergent=0, first_steps=[]),
+             _suite("default", "a", comparisons=32, divergent=30, first_steps=[0] * 29 + [3]),
+             _suite("corun", "g", comparisons=4, divergent=0, first_steps=[], distinct_samples=4),
+             _suite("deterministic", "start", comparisons=0, divergent=0, error="server exited:\nValueError: x"),
+             _suite("corun", "http-verify", shape="http-qwen3-8b", comparisons=32, divergent=0, first_steps=[])]
+    summary = report.recompute([], suite)
+    assert summary["problems"] == []
+    assert summary["unverified"] == ["http-qwen3-8b|http-verify|corun", "qwen3-8b|a|corun", "qwen3-8b|a|default",
+                                     "qwen3-8b|g|corun"]
+    assert summary["controls"]["negative"]["qwen3-8b|a"]["decode"] == 1
+    text = report.render(summary)
+    assert "| a. bs 1 vs bs 32 (32 prompts, T 0.6, 16 tokens) | 30 / 32* | 0 / 32* |" in text
+    assert "| http-verify. OpenAI completions" in text and "| e. long outputs" not in text
+    assert "\\* from suite.jsonl alone" in text
+    assert "- qwen3-8b, g: corun 4" in text and "| corun | not measured |" in text
     assert "- qwen3-8b: the deterministic arm did not start (ValueError: x)" in text
 
 
-def test_commands_notes_and_distinct_samples_are_rendered():
-    rows = [{**_row("qwen3-8b", "corun", "g", 0, 4), "distinct_samples": 4},
-            {**_row("qwen3-8b", "deterministic", "g", 0, 4), "distinct_samples": 1}]
-    text = report.render(report.aggregate(rows), ["one", "two"], "H200", "TP 2", ["A note."])
-    assert text.startswith("# TP 2\n")
-    assert "    one\n    two\n" in text and "A note." in text
-    assert "g. distinct samples among the n = 4 of one request: deterministic 1, corun 4" in text
-
-
-@pytest.mark.parametrize("other", ["corun-moe-compute", "corun-moe-skip"])
-def test_the_moe_padding_arm_and_scenario_j_get_their_column_and_check(other):
-    rows = [_row("qwen3-moe-small", "corun", "a", 0, 32), _row("qwen3-moe-small", other, "a", 0, 32),
-            _row("qwen3-moe-small", other, "j", 0, 8), _row("qwen3-moe-small", "default", "j", 8, 8)]
-    summary = report.aggregate(rows)
-    text = report.render(summary, ["cmd"], "H200")
-    assert f"| scenario | default | corun | {other} |" in text  # only the arms that ran
-    assert "| j. MoE padding rows:" in text and "| 8 / 8 | - | 0 / 8 |" in text
-    assert report.checks(summary)[:2] == ["corun: 0 divergent of 32 comparisons",
-                                          f"{other}: 0 divergent of 40 comparisons"]
+def test_only_the_arms_that_ran_get_a_column_and_corun_arms_their_check():
+    rows = (_needle("corun", "j", "p", [("ref", None)], shape="qwen3-moe")
+            + [_req("corun-moe-compute", "j", "p", "compared", "ref", shape="qwen3-moe", reference_arm="corun")])
+    summary = report.recompute(rows, [])
+    text = report.render(summary)
+    assert "| scenario | corun | corun-moe-compute |" in text and "| j. MoE padding rows:" in text
+    assert report.checks(summary)[:2] == ["corun: 0 divergent of 1 comparisons: holds",
+                                          "corun-moe-compute: 0 divergent of 1 comparisons: holds"]
