@@ -317,13 +317,17 @@ def _cached_tokens(ran: list[dict]) -> dict:
 def _overlap(ran: list[dict], cells: dict) -> dict:
     """{cell: [one entry per suite row]}: the server's running-request counts against the intended ones.
 
-    An entry is proven iff observed_max >= intended. A cell with compared rows gets an unproven entry
+    An entry is proven iff observed_max >= intended; a row that claims no overlap (``claims_overlap``
+    false: it compares runs alone) is not judged. A cell with compared rows gets an unproven entry
     for each of its suite rows without an overlap, and one if it has no suite row at all.
     """
     out = collections.defaultdict(list)
     for r in ran:
         k = cell_key(r["shape"], r["scenario"], r["arm"])
         o = r.get("overlap")
+        if r.get("claims_overlap") is False:  # its comparisons are alone against alone (scenario g)
+            out[k].append({"intended": None, "observed_max": None, "claimed": False, "proven": True})
+            continue
         if o is None:
             if cells.get(k, [0, 0])[1]:
                 out[k].append({"intended": None, "observed_max": None, "proven": False})
@@ -432,7 +436,9 @@ def _overlap_cell(entries: list[dict] | None) -> str:
         return "-"
     shown = []
     for e in entries:
-        if e["observed_max"] is None or e["intended"] is None:
+        if e.get("claimed") is False:
+            shown.append("not claimed")
+        elif e["observed_max"] is None or e["intended"] is None:
             shown.append("**NOT PROVEN** (not measured)")
         elif e["proven"]:
             shown.append(f"{e['observed_max']} >= {e['intended']}")

@@ -194,3 +194,14 @@ def test_only_the_arms_that_ran_get_a_column_and_corun_arms_their_check():
     assert "| scenario | corun | corun-moe-compute |" in text and "| j. MoE padding rows:" in text
     assert report.checks(summary)[:2] == ["corun: 0 divergent of 1 comparisons: holds",
                                           "corun-moe-compute: 0 divergent of 1 comparisons: holds"]
+
+
+def test_a_row_that_claims_no_overlap_is_not_flagged():
+    rows = [{"shape": "m", "arm": "corun", "scenario": "g", "comparisons": 1, "divergent": 0, "claims_overlap": False,
+             "overlap": None}]
+    reqs = [{"shape": "m", "arm": "corun", "scenario": "g", "key": "k", "run": r, "role": role, "digest": "aa",
+             "tokens": 3, "finish": "length", "first_divergence": None} for r, role in (("alone", "reference"),
+                                                                                       ("again", "compared"))]
+    summary = report.recompute(reqs, rows)
+    assert summary["controls"]["overlap"] and all(
+        e["proven"] for entries in summary["controls"]["overlap"].values() for e in entries)

@@ -15,7 +15,8 @@ null or reference output (with its digest and first divergence), one ``suite.jso
 and evidence, and the problems that fail the test. Invariants: pure; counts are recomputable from
 the request rows alone (``compare.digest``); every output is checked whole: non-empty, and of its
 ``max_new_tokens`` unless it ended by EOS or a stop condition (``ignore_eos`` false); the overlap
-recorded for a row is its worst compared request's (the smallest margin over its intended count).
+recorded for a row is its worst compared request's (the smallest margin over its intended count), and
+each compared request's row carries its own (``intended``, ``running_max``).
 """
 
 from __future__ import annotations
@@ -119,11 +120,13 @@ def judge(shape: str, arm: str, scenario: str, sents: list[Sent], overlap_of: Ca
                 first_steps.append(step)
             if overlap_of is not None and s.intended:
                 seen = overlap_of(s)
+                out[-1].update(intended=s.intended, running_max=seen.observed_max)
                 if worst is None or seen.observed_max - s.intended < worst[1].observed_max - worst[0]:
                     worst = (s.intended, seen)
     row = {"shape": shape, "arm": arm, "scenario": scenario, "comparisons": comparisons,
            "divergent": len(first_steps), "first_steps": first_steps[:50], "null_comparisons": nulls,
            "null_divergent": len(null_first), "cached_tokens": cached,
+           "claims_overlap": any(s.role == "compared" and s.intended for s in sents),
            "overlap": None if worst is None else worst[1].as_row(worst[0]), **extra}
     if null_first:
         problems.append(f"null control: {len(null_first)} of {nulls} alone-vs-alone runs differ "

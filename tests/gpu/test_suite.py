@@ -19,8 +19,8 @@ server and the outputs, what it claims (``corun_sglang.tools.evidence``):
 - a null control: requests served alone twice must agree (else a cache or an unseeded sampler, not
   the batch, would explain a divergence);
 - overlap: while each compared request was in flight the server's own running-request count
-  (``/v1/loads``, republished every decode step) reached ``intended``: at least a quarter of its
-  batch (capped at N) and at least 2;
+  (``/v1/loads``, republished every decode step) reached ``intended``: at least an eighth of its
+  batch (capped at N) and at least 2 (the report gives the maximum it saw);
 - no prefix-cache hits (``cached_tokens`` 0 in every reply);
 - every output whole: non-empty and of its ``max_new_tokens``, unless it ended by EOS or a stop token.
 
@@ -149,7 +149,7 @@ def _write(name: str, rows: list[dict]) -> None:
 
 def intended(total: int, n: int) -> int:
     """The requests a compared one must be shown running beside (itself included), of ``total`` sent at once."""
-    return min(total, max(2, min(total, n) // 4))
+    return min(total, max(2, min(total, n) // 8))
 
 
 class Lane:
@@ -467,7 +467,8 @@ def test_l_outputs_ended_by_a_stop_token_or_eos(arms):
         return out
 
     def ended_by_stop(arm, sents, row):
-        early = [s for s in sents if s.role in ("reference", "null", "compared")
+        # alone, each ends by its stop token (a compared run that does not is a divergence, counted as one)
+        early = [s for s in sents if s.role in ("reference", "null")
                  and (s.generation is None or s.generation.finish != "stop")]
         return [f"{s.key} {s.run}: ended by {s.generation and s.generation.finish!r}, not its stop token"
                 for s in early]

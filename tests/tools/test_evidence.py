@@ -90,3 +90,11 @@ def test_greedy_keeps_everything_but_the_temperature():
 def test_an_unknown_role_is_refused():
     with pytest.raises(ValueError):
         judge("s", "corun", "a", [sent("k", "alone", "solo")], None)
+
+
+def test_each_compared_row_carries_its_own_overlap_and_the_row_says_whether_it_claims_one():
+    sends = [sent("k", "alone", "reference"), sent("k", "a", "compared", intended=4)]
+    got = judge("s", "corun", "d", sends, lambda s: Overlap(3, 9, 1))
+    assert got.requests[1]["running_max"] == 9 and got.requests[1]["intended"] == 4
+    assert got.row["claims_overlap"] is True
+    assert judge("s", "corun", "g", sends[:1] + [sent("k", "again", "compared")], None).row["claims_overlap"] is False
