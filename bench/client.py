@@ -1,4 +1,5 @@
-"""Closed-loop streaming client for SGLang's ``/generate`` and the metrics of ``sglang.bench_serving``.
+"""Streaming client for SGLang's ``/generate`` (closed loop, or open loop at a Poisson request rate) and
+the metrics of ``sglang.bench_serving``.
 
 Metric definitions follow SGLang's ``bench_serving``: TTFT is the time to the
 first streamed chunk with a token; ITL the gaps between successive chunks
@@ -9,6 +10,10 @@ milliseconds in the summary. Tokens are counted from each chunk's
 (``--incremental-streaming-output``, the benchmarks' default: no chunk resends
 earlier tokens) measure alike; each request's output token ids are kept the
 same way, for ``digest``.
+
+A closed-loop run's steady state (``steady``) is the window from its first completion to its last
+request's start: the client keeps the concurrency in flight throughout, and neither the first wave's
+prefill burst nor the drain falls inside; ``drain_share`` says how much of the run came after it.
 
 Two measures go beyond ``bench_serving``: the decode-phase throughput (output
 tokens per second while the first wave of requests is all decoding: from the
@@ -101,14 +106,7 @@ def decode_phase_window(records: list[Record], wave: int) -> tuple[float, int] |
     if window is None:
         return None
     t0, t1 = window
-    tokens = 0
-    for r in records:
-        previous = 0
-        for t, n in zip(r.chunks, r.chunk_tokens):
-            if t0 < t <= t1:
-                tokens += n - previous
-            previous = n
-    return t1 - t0, tokens
+    return t1 - t0, tokens_between(records, t0, t1)
 
 
 def decode_step_throughput(records: list[Record], wave: int) -> float | None:
@@ -151,6 +149,46 @@ def timeline(records: list[Record], input_lens: list[int], bin_s: float = 1.0) -
     return bins
 
 
+def steady_window(records: list[Record]) -> tuple[float, float] | None:
+    """(t0, t1) of a run's steady state: from its first completion (the first wave's prefills are behind
+    it) to the last request's start (after it the client has no request left to replace a finished one,
+    and the run drains). None if that window is empty (too few requests for a steady state)."""
+    done = [r for r in records if r.end is not None and r.error is None]
+    if not done:
+        return None
+    t0, t1 = min(r.end for r in done), max(r.start for r in records)
+    return (t0, t1) if t1 > t0 else None
+
+
+def tokens_between(records: list[Record], t0: float, t1: float) -> int:
+    """Output tokens that arrived in (t0, t1]."""
+    tokens = 0
+    for r in records:
+        previous = 0
+        for t, n in zip(r.chunks, r.chunk_tokens):
+            if t0 < t <= t1:
+                tokens += n - previous
+            previous = n
+    return tokens
+
+
+def steady(records: list[Record], duration: float) -> dict:
+    """The steady-state measures of a run: its window's share of the run, the share spent draining (after
+    the last request started) and the output throughput inside the window."""
+    if not records:
+        return {"steady_s": None, "steady_share": None, "drain_share": None, "steady_output_throughput": None}
+    origin = min(r.start for r in records)
+    drain = max(0.0, origin + duration - max(r.start for r in records))
+    window = steady_window(records)
+    seconds = None if window is None else window[1] - window[0]
+    return {
+        "steady_s": seconds,
+        "steady_share": None if seconds is None or duration <= 0 else seconds / duration,
+        "drain_share": drain / duration if duration > 0 else None,
+        "steady_output_throughput": None if window is None else tokens_between(records, *window) / seconds,
+    }
+
+
 def summarize(records: list[Record], duration: float, wave: int | None = None) -> dict:
     """bench_serving-style metrics of one run (``duration`` in seconds); ``wave``: the concurrency."""
     done = [r for r in records if r.error is None and r.end is not None and r.first is not None]
@@ -171,6 +209,7 @@ def summarize(records: list[Record], duration: float, wave: int | None = None) -
         "decode_phase_throughput": None if window is None else window[1] / window[0],
         "decode_phase_s": None if window is None else window[0],
         "decode_step_throughput": decode_step_throughput(records, wave or len(records)),
+        **steady(records, duration),
     }
 
 
@@ -241,4 +280,33 @@ async def run(url: str, bodies: list[dict], concurrency: int, timeout: float = 3
 
         start = time.perf_counter()
         records = await asyncio.gather(*(bounded(b) for b in bodies))
+        return list(records), time.perf_counter() - start
+
+
+def arrivals(count: int, rate: float, seed: int) -> list[float]:
+    """Seconds from the run's start at which ``count`` requests arrive: a Poisson process of ``rate``
+    requests per second (exponential gaps, as ``bench_serving --request-rate``), the same for a seed."""
+    import random
+
+    rnd, t, out = random.Random(seed), 0.0, []
+    for _ in range(count):
+        out.append(t)
+        t += rnd.expovariate(rate)
+    return out
+
+
+async def run_open(url: str, bodies: list[dict], rate: float, seed: int = 0,
+                   timeout: float = 3600) -> tuple[list[Record], float]:
+    """Send ``bodies`` at Poisson arrival times of ``rate`` requests/s (open loop: an arrival never waits
+    for a completion); records in order."""
+    offsets = arrivals(len(bodies), rate, seed)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+        start = time.perf_counter()
+
+        async def at(offset, body):
+            await asyncio.sleep(max(0.0, start + offset - time.perf_counter()))
+            return await _one(session, url, body)
+
+        records = await asyncio.gather(*(at(o, b) for o, b in zip(offsets, bodies)))
         return list(records), time.perf_counter() - start

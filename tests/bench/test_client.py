@@ -125,3 +125,44 @@ def test_timeline_puts_prompt_tokens_at_the_first_token_and_output_where_it_arri
     b = finished_request(0.2, [(1.1, 1), (2.3, 2)], 2.3)
     bins = client.timeline([a, b], [100, 40], bin_s=1.0)
     assert bins == [[0.0, 100.0, 0.0], [1.0, 40.0, 3.0], [2.0, 0.0, 1.0]]
+
+
+def _rec(start, end, chunks, tokens):
+    return client.Record(start=start, first=chunks[0], chunks=chunks, chunk_tokens=tokens, end=end,
+                         output_tokens=tokens[-1])
+
+
+def test_the_steady_window_runs_from_the_first_completion_to_the_last_start():
+    records = [_rec(0.0, 2.0, [0.5, 1.0, 2.0], [1, 2, 3]),   # first wave
+               _rec(0.0, 4.0, [1.0, 3.0, 4.0], [1, 2, 3]),
+               _rec(2.0, 6.0, [2.5, 5.0, 6.0], [1, 2, 3])]  # the last start: replaces the first completion
+    assert client.steady_window(records) is None  # the last start is the first completion: no window
+    records.append(_rec(3.0, 5.0, [3.5, 4.5, 5.0], [1, 2, 3]))
+    assert client.steady_window(records) == (2.0, 3.0)
+    got = client.steady(records, duration=6.0)
+    assert got["steady_s"] == pytest.approx(1.0) and got["steady_share"] == pytest.approx(1 / 6)
+    assert got["drain_share"] == pytest.approx(3 / 6)  # after the last start at 3.0, to 6.0
+    assert got["steady_output_throughput"] == pytest.approx(2.0)  # tokens at 2.5 and 3.0 arrived in (2, 3]
+    assert client.steady([], 1.0)["steady_s"] is None
+
+
+def test_arrivals_are_a_seeded_poisson_process():
+    a = client.arrivals(2000, rate=10.0, seed=3)
+    assert a == client.arrivals(2000, rate=10.0, seed=3) and a != client.arrivals(2000, rate=10.0, seed=4)
+    assert a[0] == 0.0 and all(x < y for x, y in zip(a, a[1:]))
+    gaps = [y - x for x, y in zip(a, a[1:])]
+    assert sum(gaps) / len(gaps) == pytest.approx(0.1, rel=0.1)
+
+
+def test_an_open_loop_run_sends_on_schedule_without_waiting_for_completions(streaming_server):
+    server = streaming_server()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        bodies = [client.request([1, 2, 3], 5, seed=i) for i in range(8)]
+        records, duration = asyncio.run(client.run_open(url, bodies, rate=50.0, seed=1))
+    finally:
+        server.shutdown()
+    starts = [r.start - min(x.start for x in records) for r in records]
+    want = client.arrivals(8, 50.0, 1)
+    assert all(abs(s - w) < 0.05 for s, w in zip(starts, want))
+    assert all(r.error is None and r.output_tokens == 5 for r in records)
