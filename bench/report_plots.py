@@ -1,7 +1,8 @@
 """Plots of benchmark cells (matplotlib, Agg): throughput per arm, timelines, concurrency sweeps, padding.
 
-Every plot puts its legend beside the axes, never over the data, and draws each arm in its colour of
-``COLOURS`` (an arm outside it in grey), so an arm looks the same in every plot. ``draw`` makes every plot a set of
+Every plot puts its legend beside the axes, never over the data, draws each arm in its colour of
+``COLOURS`` (an arm outside it in grey), so an arm looks the same in every plot, and draws each median
+with its min-max over repetitions. ``draw`` makes every plot a set of
 studies has data for and returns where each went, keyed as the tables look them up.
 """
 
@@ -33,11 +34,20 @@ def plot(c: dict, shape: str, concurrency: int, path: Path, study: str = "") -> 
     arms = [a for a in ORDER if any(k[0] == shape and k[2] == concurrency and k[3] == a for k in c)]
     width = 0.8 / len(arms)
     for j, arm in enumerate(arms):
-        vals = [c.get((shape, w, concurrency, arm), {}).get("output_throughput", 0) for w in names]
-        ax.bar([i + j * width for i in range(len(names))], vals, width, label=arm, color=colour(arm))
+        got = [c.get((shape, w, concurrency, arm), {}) for w in names]
+        vals = [g.get("output_throughput", 0) for g in got]
+        ax.bar([i + j * width for i in range(len(names))], vals, width, label=arm, color=colour(arm),
+               yerr=_spread(vals, [g.get("spread") for g in got]), capsize=2, ecolor="black")
     ax.set_xticks([i + width * (len(arms) - 1) / 2 for i in range(len(names))], names, rotation=20, ha="right")
-    ax.set_ylabel("output tokens/s (median)")
+    ax.set_ylabel("output tokens/s (median, min-max bars)")
     _save(plt, fig, ax, f"{study + ': ' if study else ''}{shape}, concurrency {concurrency}", path)
+
+
+def _spread(values: list[float], spreads: list) -> list[list[float]]:
+    """Matplotlib's asymmetric error bars from each value's (min, max) over repetitions (none: zero)."""
+    lo = [v - s[0] if s else 0.0 for v, s in zip(values, spreads)]
+    hi = [s[1] - v if s else 0.0 for v, s in zip(values, spreads)]
+    return [lo, hi]
 
 
 def _pyplot():
@@ -84,14 +94,15 @@ def plot_sweep(c: dict, shape: str, workload: str, path: Path) -> bool:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for arm in ORDER:
-        pts = [(n, c[(shape, workload, n, arm)]["output_throughput"]) for n in levels
-               if (shape, workload, n, arm) in c]
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=arm, color=colour(arm))
+        got = [(n, c[(shape, workload, n, arm)]) for n in levels if (shape, workload, n, arm) in c]
+        if got:
+            vals = [g["output_throughput"] for _, g in got]
+            ax.errorbar([n for n, _ in got], vals, yerr=_spread(vals, [g.get("spread") for _, g in got]),
+                        marker="o", capsize=2, label=arm, color=colour(arm))
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels, [str(n) for n in levels])
     ax.set_xlabel("concurrency")
-    ax.set_ylabel("output tok/s (median)")
+    ax.set_ylabel("output tok/s (median, min-max bars)")
     _save(plt, fig, ax, f"{shape}, {workload}", path)
     return True
 

@@ -21,8 +21,10 @@ def drawn(monkeypatch):
 def _bar_colours(axes) -> dict[str, str]:
     """Each bar series' label and its one colour, as hex."""
     from matplotlib.colors import to_hex
+    from matplotlib.container import BarContainer
 
-    colours = {c.get_label(): {to_hex(bar.get_facecolor()) for bar in c} for ax in axes for c in ax.containers}
+    colours = {c.get_label(): {to_hex(bar.get_facecolor()) for bar in c} for ax in axes for c in ax.containers
+               if isinstance(c, BarContainer)}
     assert all(len(c) == 1 for c in colours.values())
     return {label: c.pop() for label, c in colours.items()}
 
@@ -38,6 +40,20 @@ def test_an_arm_keeps_its_colour_whichever_arms_share_the_plot(tmp_path, drawn, 
     assert a["CoRun"] == b["CoRun"] == to_hex(report_plots.COLOURS["CoRun"]) != a["STD"]
     assert len({a["STD"], a["BI"], a["CoRun"], b["CoRun-tiers"]}) == 4
     assert set(report_rows.ORDER) <= set(report_plots.COLOURS) and report_plots.colour("other") == "tab:gray"
+
+
+def test_every_bar_and_sweep_point_draws_its_min_max(tmp_path, drawn, bench_row):
+    from matplotlib.container import ErrorbarContainer
+
+    rows = [bench_row(arm, rep, "sharegpt", value) for arm, values in (("STD", (90.0, 100.0, 110.0)),
+                                                                      ("CoRun", (95.0, 96.0, 99.0)))
+            for rep, value in enumerate(values)]
+    report_plots.plot(report_rows.cells(rows), "qwen3-8b", 256, tmp_path / "bars.png")
+    (ax,) = drawn["qwen3-8b, concurrency 256"]
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 2
+    lows, highs = zip(*(sorted(seg[:, 1]) for c in bars for seg in c.lines[2][0].get_segments()))
+    assert sorted(lows) == [90.0, 95.0] and sorted(highs) == [99.0, 110.0]
 
 
 def test_timelines_and_padding_draw_each_arm_in_its_colour(tmp_path, drawn, bench_row):
