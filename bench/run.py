@@ -124,6 +124,12 @@ def arm_env(specs: list[str], arms: list[str]) -> dict[str, dict[str, str]]:
     return env
 
 
+def requests_for(given: int, concurrency: int) -> int:
+    """Requests per run: ``given``, or 10 per unit of concurrency (at least 300) so that the closed loop
+    spends most of the run in steady state rather than in its first wave and its drain."""
+    return given if given > 0 else max(300, 10 * concurrency)
+
+
 def warmup_bodies(pairs: list[tuple[int, int]], count: int) -> list[dict]:
     """``count`` requests shaped like the workload's first ones (prompts no measured run sends,
     at most 16 new tokens each)."""
@@ -227,7 +233,9 @@ def main(argv=None) -> int:
                        server_args="--attention-backend flashinfer --incremental-streaming-output")
     parser.add_argument("--study", default="", help="the study these rows belong to (bench/slices.sh: the slice)")
     parser.add_argument("--workloads", default="sharegpt")
-    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--requests", type=int, default=0,
+                        help="requests per run (default: 10 per unit of concurrency, at least 300, so the drain "
+                             "is a small share of the run; rows report it as drain_share)")
     parser.add_argument("--concurrency", default="256", help="comma-separated")
     parser.add_argument("--arms", default="STD,BI,CoRun", help=f"comma-separated, of {', '.join(ARMS)}")
     parser.add_argument("--reps", type=int, default=3)
@@ -304,7 +312,7 @@ def main(argv=None) -> int:
             for arm in arms:  # started one after another: each sizes its memory at start
                 serve(arm)
         for w, c, rep, arm in todo:
-            pairs = workloads.lengths(w, args.requests)
+            pairs = workloads.lengths(w, requests_for(args.requests, c))
             # The same prompts for every repetition and arm; each measured run starts with an empty
             # prefix cache, so a repetition gets no cache hits from the one before it.
             prompts = workloads.prompts(pairs, seed=prompt_seed(w))

@@ -3,7 +3,7 @@
 # usage: bench/slices.sh RESULTS SLICE...      (then: python -m bench.report RESULTS/runs.jsonl ..., see README)
 # Slices:
 #   dense-core      qwen3-8b, STD/BI/CoRun side by side: sharegpt, azure-conv, fixed-1024-128 and
-#                   fixed-64-448 (a long pure-decode phase), 300 requests at concurrency 256, 3 reps
+#                   fixed-64-448 (a long pure-decode phase), concurrency 256 (2,560 requests), 3 reps
 #   dense-long      qwen3-8b: blazedit-synthetic and fixed {1024,4096} x {128,2048}, one arm at a time
 #                   (the whole GPU's KV pool for each arm), 3 reps
 #   dense-sweep     qwen3-8b, sharegpt at concurrency 16, 32, 64, 128, 256 (a study of its own), 3 reps

@@ -221,3 +221,9 @@ def test_an_arm_outside_the_known_ones_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as stop:
         run.main(["--arms", "STD,Fast"])
     assert stop.value.code == 2 and "unknown arms ['Fast']" in capsys.readouterr().err
+
+
+def test_a_run_holds_ten_requests_per_unit_of_concurrency_unless_told():
+    from bench.run import requests_for
+
+    assert requests_for(0, 256) == 2560 and requests_for(0, 16) == 300 and requests_for(40, 256) == 40
