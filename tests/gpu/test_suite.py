@@ -236,6 +236,20 @@ def _among(lane, needles, others, run, positions=None):
     return lane.together(batch)
 
 
+def _alone_then_among(needles, crowds: dict, nulls=4, sent=None):
+    """A plan: ``needles`` alone (the first ``nulls`` twice: the null control), then inserted into each crowd
+    of ``crowds`` ({run: co-runners}) and sent at once; ``sent`` (default: as alone) is what goes into the crowds."""
+
+    def plan(lane):
+        ref, null = _solo(needles, nulls)
+        out = lane.alone(ref + null)
+        for run, others in crowds.items():
+            out += _among(lane, sent or needles, others, run)
+        return out
+
+    return plan
+
+
 def test_a_bs1_vs_bs32(arms):
     reqs = [Item(f"p{i}", "", "compared", harness.request(p, 16, 0.6, 100 + i, prompt_logprobs=i % 2 == 0))
             for i, p in enumerate(arms.prompts(32, 16, 1024, 10))]
@@ -251,16 +265,8 @@ def test_a_bs1_vs_bs32(arms):
 def test_b_needles_in_random_batches(arms, temperature):
     rnd = random.Random(20)
     needles = _needles(arms, 2, 21, 128, temperature, 200, 200, prompt_logprobs=True)
-    trials = [_fillers(arms, rnd.randint(64, 256) - 2, 30 + t, 128) for t in range(4)]
-
-    def plan(lane):
-        ref, null = _solo(needles)
-        out = lane.alone(ref + null)
-        for t, others in enumerate(trials):
-            out += _among(lane, needles, others, f"batch{t}")
-        return out
-
-    _across_arms(arms, "b", plan, temperature=temperature)
+    trials = {f"batch{t}": _fillers(arms, rnd.randint(64, 256) - 2, 30 + t, 128) for t in range(4)}
+    _across_arms(arms, "b", _alone_then_among(needles, trials), temperature=temperature)
 
 
 def test_c_arrival_order_permutations(arms):
@@ -280,16 +286,8 @@ def test_c_arrival_order_permutations(arms):
 
 def test_d_needles_under_concurrency(arms):
     needles = _needles(arms, 4, 50, 64, 0.8, 300, 300, prompt_logprobs=True)
-    crowds = {n: _fillers(arms, n, 51 + n, 96) for n in (1, 7, 63, 255)}
-
-    def plan(lane):
-        ref, null = _solo(needles)
-        out = lane.alone(ref + null)
-        for n, others in crowds.items():
-            out += _among(lane, needles, others, f"with{n}")
-        return out
-
-    _across_arms(arms, "d", plan)
+    crowds = {f"with{n}": _fillers(arms, n, 51 + n, 96) for n in (1, 7, 63, 255)}
+    _across_arms(arms, "d", _alone_then_among(needles, crowds))
 
 
 def test_e_long_outputs(arms):
@@ -336,15 +334,8 @@ def test_g_parallel_samples_reproducible_and_distinct(arms):
 
 def test_m_parallel_samples_among_co_runners(arms):
     group = _n_samples(arms, 82)
-    trials = [_fillers(arms, n, 83 + n, 48) for n in (15, 63, 200)]
-
-    def plan(lane):
-        out = lane.alone([dataclasses.replace(group, run="alone", role="reference")])
-        for t, others in enumerate(trials):
-            out += _among(lane, [group], others, f"crowd{t}")
-        return out
-
-    _across_arms(arms, "m", plan)
+    trials = {f"crowd{t}": _fillers(arms, n, 83 + n, 48) for t, n in enumerate((15, 63, 200))}
+    _across_arms(arms, "m", _alone_then_among([group], trials))
 
 
 def test_h_aborted_co_runners_do_not_change_the_needles(arms):
@@ -384,20 +375,12 @@ def test_i_filtered_needles_among_mixed_filters(arms):
     rnd = random.Random(100)
     needles = [Item(f"needle{i}", "", "compared", harness.request(p, 64, t, 13 + i, **FILTERS[i]))
                for i, (p, t) in enumerate(zip(arms.prompts(4, 100, 400, 101), (0.8, 0.5, 1.0, 0.7)))]
-    trials = []
+    trials = {}
     for trial in range(3):
         others = _fillers(arms, rnd.randint(32, 200), 110 + trial, 96)
-        trials.append([dataclasses.replace(o, body={**o.body, "sampling_params": {
-            **o.body["sampling_params"], **rnd.choice(FILTERS)}}) for o in others])
-
-    def plan(lane):
-        ref, null = _solo(needles)
-        out = lane.alone(ref + null)
-        for t, others in enumerate(trials):
-            out += _among(lane, needles, others, f"trial{t}")
-        return out
-
-    _across_arms(arms, "i", plan)
+        trials[f"trial{trial}"] = [dataclasses.replace(o, body={**o.body, "sampling_params": {
+            **o.body["sampling_params"], **rnd.choice(FILTERS)}}) for o in others]
+    _across_arms(arms, "i", _alone_then_among(needles, trials))
 
 
 def test_j_moe_padding_rows_skip_the_experts_without_changing_a_bit(arms):
@@ -435,17 +418,9 @@ def test_j_moe_padding_rows_skip_the_experts_without_changing_a_bit(arms):
 
 def test_k_streamed_needles_against_non_streamed_alone(arms):
     needles = _needles(arms, 4, 130, 48, 0.7, 50, 300, prompt_logprobs=True)
-    trials = [_fillers(arms, n, 131 + n, 64) for n in (31, 127)]
-
-    def plan(lane):
-        ref, null = _solo(needles)
-        out = lane.alone(ref + null)
-        streamed = [dataclasses.replace(n, body={**n.body, "stream": True}) for n in needles]
-        for t, others in enumerate(trials):
-            out += _among(lane, streamed, others, f"stream{t}")
-        return out
-
-    _across_arms(arms, "k", plan)
+    trials = {f"stream{t}": _fillers(arms, n, 131 + n, 64) for t, n in enumerate((31, 127))}
+    streamed = [dataclasses.replace(n, body={**n.body, "stream": True}) for n in needles]
+    _across_arms(arms, "k", _alone_then_among(needles, trials, sent=streamed))
 
 
 def test_l_outputs_ended_by_a_stop_token_or_eos(arms):
