@@ -484,6 +484,7 @@ class CorunConfig:
     prefill_pack_wait: int = 0
     tier_record: Any = None  # tiers.Record
     pack_record: Any = None  # pack_record.Record
+    calibration: Any = None  # calibration.Calibration.as_info(): what calibration served and why
 
     @property
     def decode_sizes(self) -> list[int]:

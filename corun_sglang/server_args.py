@@ -25,7 +25,7 @@ from typing import Literal, Optional
 from sglang.srt.arg_groups.arg_utils import A
 from sglang.srt.server_args import ServerArgs as SGLangServerArgs
 
-from corun_sglang import config, kernel_probe, options, pack_record, packing, tiers
+from corun_sglang import calibration, config, kernel_probe, options, pack_record, packing, tiers
 from corun_sglang.startup import problems as startup_problems
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,25 @@ class CorunServerArgs(SGLangServerArgs):
         "before it are unchanged). Unset: SGLang's own, the rest of the context.",
     ] = None
 
+    corun_calibrate: A[
+        Literal["auto", "off", "force"],
+        "With --corun: 'auto' serves the decode tiers and prefill pack verified for this model, GPU, software "
+        "and options, verifying them first (minutes, each probe on its own server) on the first start and "
+        "caching the records (--corun-calibration-dir); 'force' verifies again; 'off' serves plain --corun. "
+        "Records or candidates given explicitly win.",
+    ] = "auto"
+    corun_calibration_dir: A[
+        Optional[str],
+        "With --corun: the folder calibration caches its records in (default: $CORUN_SGLANG_CACHE/calibration, "
+        "else ~/.cache/corun-sglang/calibration).",
+    ] = None
+
     def __post_init__(self):
+        if not self.corun and (self.corun_calibrate != "auto" or self.corun_calibration_dir):
+            raise config.CorunConfigError(
+                ["--corun-calibrate / --corun-calibration-dir: calibration is part of --corun. Fix: add --corun, "
+                 "or drop them"]
+            )
         if not self.corun and self.corun_moe_padding != "auto":
             raise config.CorunConfigError(
                 ["--corun-moe-padding: part of --corun. Fix: add --corun, or drop --corun-moe-padding"]
@@ -133,6 +151,10 @@ class CorunServerArgs(SGLangServerArgs):
                 ["--corun-ablation: a benchmarking subset of --corun. Fix: pass only one of them"]
             )
         env, conflicts = config.collective_env(self, os.environ)
+        refused = startup_problems() + conflicts + config.refusals(self) + options.refusals(self, _sglang_defaults())
+        if refused:  # before calibrating: a refused configuration is not worth minutes of probes
+            raise config.CorunConfigError(refused)
+        calibrated = self._calibrate()
         problems = startup_problems() + self._tier_problems() + self._pack_problems() + conflicts
         problems += config.refusals(self) + options.refusals(self, _sglang_defaults())
         if problems:
@@ -141,10 +163,21 @@ class CorunServerArgs(SGLangServerArgs):
         for name, value in config.defaults(self).items():
             setattr(self, name, value)
         super().__post_init__()
-        self._corun_config = config.resolve(self, self.get_attention_backends(), *(self._pack_graphs() or ()))
+        self._corun_config = dataclasses.replace(
+            config.resolve(self, self.get_attention_backends(), *(self._pack_graphs() or ())),
+            calibration=calibrated.as_info())
         for name in (config.TIER_RECORD_ATTR, config.PACK_RECORD_ATTR):  # the records live in the config now
             delattr(self, name)
         logger.info(self._corun_config.summary())
+
+    def _calibrate(self) -> calibration.Calibration:
+        """Serve this environment's calibration (``calibration.prepare``), verifying it first if needed."""
+        passed = {name for name in _sglang_defaults() if (g := options.group_of(name)) is not None
+                  and g.kind == "free" and not g.why.startswith("the model")}
+        server_flags = calibration.flags(self, _sglang_defaults(), passed)
+        gpu = calibration.gpu_name() if self.corun_calibrate != "off" else None
+        return calibration.prepare(self, lambda: calibration.key_parts(self, server_flags, gpu), gpu,
+                                   server_flags=server_flags)
 
     def _default_max_new_tokens_problems(self) -> list[str]:
         """What keeps ``--corun-default-max-new-tokens`` from being served: it is part of ``--corun``, at least 1."""

@@ -63,6 +63,7 @@ def scheduler_info(result, self, *args, **kwargs):
         "configuration": fingerprint.configuration(
             server_args.corun_config, server_args.cuda_graph_config.prefill.bs,
             server_args.corun_default_max_new_tokens),
+        "calibration": server_args.corun_config.calibration,
     }
     return result
 
@@ -88,6 +89,7 @@ def hand_over(result, tokenizer_manager, scheduler_init_result, *args, **kwargs)
         "tp_size": len(ranks),
         "weights": digests,
         "environment": first["environment"],
+        "calibration": first.get("calibration"),
     }
     _fingerprints[tokenizer_manager] = value
     logger.info("corun system_fingerprint: %s", value)

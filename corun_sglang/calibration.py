@@ -1,0 +1,297 @@
+"""``--corun-calibrate``: ``--corun`` alone serves the fastest configuration verified for its environment.
+
+On a start with ``--corun-calibrate auto`` (the default) and no record or candidate given, the server
+looks up its calibration in a cache folder (``--corun-calibration-dir``, else ``$CORUN_SGLANG_CACHE``/
+``calibration``, else ``~/.cache/corun-sglang/calibration``) under its ``key``: a digest of the model's
+config, the server's own options (``flags``), the GPU, CUDA, the BLAS setup and the installed versions,
+and what is calibrated (the tier candidates, the pack). Found, its verdicts are served: the decode tiers
+record (``--corun-decode-tiers``) and the prefill pack record (``--corun-prefill-pack``, waiting up to
+``PACK_WAIT`` decode steps unless ``--corun-prefill-pack-wait`` is given). Not found, or with ``force``,
+the probes run first, each on a candidate server started with this server's options
+(``verify_tiers.verify`` with ``tier_candidates(N)``, ``verify_packing.verify`` with ``PACK``), and
+their verdicts are cached. A probe that fails leaves its part unserved (plain N, isolated prefill: still
+deterministic) with a log line saying why, and that verdict is cached too until ``force``. ``off``
+serves plain ``--corun``; given records or candidates always win.
+
+Invariants: ``plan``, ``key``, ``flags`` and ``tier_candidates`` are pure; an entry is written whole or
+not at all (``calibration.json`` last, by rename) under a per-key file lock, so servers starting at once
+calibrate once; a served record still passes the start-up environment check (``records.foreign``), so a
+stale entry refuses to start rather than serve bits it did not verify.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+logger = logging.getLogger(__name__)
+
+MODES = ("auto", "off", "force")
+#: The prefill pack calibrated: the token count verified on both Qwen3 shapes (docs/prefill_packing.md).
+PACK = 1024
+#: Decode steps a pack the KV pool cuts short may wait when calibration serves the pack.
+PACK_WAIT = 32
+#: Bumped when an entry's layout or what calibration verifies changes: older entries are not read.
+FORMAT = 1
+ENTRY = "calibration.json"
+TIERS = "tiers.json"
+PACK_FILE = "pack.json"
+
+#: ServerArgs fields a candidate server does not take from the serving command (its own model path and
+#: address; corun's own options are set by the probe).
+NOT_PASSED = {"model_path", "host", "port"}
+
+
+def tier_candidates(n: int) -> list[int]:
+    """The decode graph sizes calibration verifies below N: its quarters (at least 8)."""
+    return sorted({q for q in (n // 4, n // 2, 3 * n // 4) if 8 <= q < n})
+
+
+def cache_root(explicit: str | None, environ: Mapping[str, str]) -> Path:
+    if explicit:
+        return Path(explicit)
+    if environ.get("CORUN_SGLANG_CACHE"):
+        return Path(environ["CORUN_SGLANG_CACHE"]) / "calibration"
+    return Path.home() / ".cache" / "corun-sglang" / "calibration"
+
+
+def flags(args: Any, defaults: Mapping[str, Any], free: set[str]) -> list[str]:
+    """The command-line options of ``args`` a candidate server needs: every SGLang option set away from
+    its default, except those that change no kernel (``free``) and ``NOT_PASSED``; in field order."""
+    out: list[str] = []
+    for name, default in defaults.items():
+        if name in NOT_PASSED or name in free or name.startswith("corun"):
+            continue
+        value = getattr(args, name, default)
+        if value == default:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                out.append(flag)
+        elif isinstance(value, (list, tuple)):
+            out += [flag, *(str(v) for v in value)]
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value, sort_keys=True)]
+        elif value is not None:
+            out += [flag, str(getattr(value, "value", value))]
+    return out
+
+
+def key(parts: Mapping[str, Any]) -> str:
+    """16 hex digits naming a calibration: equal parts, equal key."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def plan(mode: str, given: bool, gpu: str | None, cached: bool) -> str:
+    """What a start does: ``given`` (records or candidates passed), ``off``, ``no-gpu``, ``cached`` or
+    ``calibrate``."""
+    if mode not in MODES:
+        raise ValueError(f"--corun-calibrate {mode!r}: one of {', '.join(MODES)}")
+    if given:
+        return "given"
+    if mode == "off":
+        return "off"
+    if gpu is None:
+        return "no-gpu"
+    return "cached" if cached and mode == "auto" else "calibrate"
+
+
+@dataclasses.dataclass
+class Calibration:
+    """What a start served and why: ``/server_info``'s ``corun_calibration``."""
+
+    source: str  # given | off | no-gpu | cached | calibrated
+    folder: str | None = None
+    seconds: float | None = None  # how long the probes took (when they ran, or when the entry was made)
+    tiers: list[int] | None = None
+    pack: int | None = None
+    why: dict[str, str] = dataclasses.field(default_factory=dict)  # part -> why it is not served
+
+    def as_info(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Probes:
+    """The two probes (``verify_tiers.verify``, ``verify_packing.verify``), each returning its record."""
+
+    tiers: Callable[..., Any]
+    pack: Callable[..., Any]
+
+
+def default_probes() -> Probes:
+    from corun_sglang import verify_packing, verify_tiers
+
+    return Probes(verify_tiers.verify, verify_packing.verify)
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def read_entry(folder: Path) -> dict | None:
+    """An entry's verdicts, or None if it is absent, partial or of another ``FORMAT``."""
+    try:
+        entry = json.loads((folder / ENTRY).read_text())
+    except (OSError, ValueError):
+        return None
+    return entry if isinstance(entry, dict) and entry.get("format") == FORMAT else None
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def run_probes(folder: Path, model_path: str, n: int, server_flags: list[str], probes: Probes,
+               say: Callable[[str], None]) -> dict:
+    """Both probes into ``folder``; the entry's verdicts (``tiers``/``pack``: a list/int, or a reason)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    verdicts: dict[str, Any] = {}
+    candidates = tier_candidates(n)
+    try:
+        say(f"decode tiers: verifying {candidates} against N = {n}")
+        record = probes.tiers(model_path, candidates, n, folder / TIERS, folder / "tiers.server.log",
+                              server_flags, progress=say)
+        verdicts["tiers"] = list(record.tiers) if record.tiers else "no candidate gave the N-slot bits"
+    except Exception as exc:  # the probe or its server failed: plain N, still deterministic
+        verdicts["tiers"] = f"the probe failed: {exc}"
+    try:
+        say(f"prefill pack: verifying {PACK} tokens")
+        record = probes.pack(model_path, PACK, folder / PACK_FILE, folder / "pack.server.log", server_flags,
+                             progress=say)
+        verdicts["pack"] = int(record.pack)
+    except Exception as exc:  # the pack does not verify here, or its server failed: isolated prefill
+        verdicts["pack"] = f"the probe failed: {exc}"
+    verdicts["seconds"] = round(time.monotonic() - started, 1)
+    return verdicts
+
+
+def serve(args: Any, folder: Path, entry: dict, source: str) -> Calibration:
+    """Point ``args`` at the entry's records; what is served and why the rest is not."""
+    found = Calibration(source, str(folder), entry.get("seconds"))
+    if isinstance(entry.get("tiers"), list) and (folder / TIERS).exists():
+        args.corun_decode_tiers = str(folder / TIERS)
+        found.tiers = entry["tiers"]
+    else:
+        found.why["tiers"] = str(entry.get("tiers"))
+    if isinstance(entry.get("pack"), int) and (folder / PACK_FILE).exists():
+        args.corun_prefill_pack = str(folder / PACK_FILE)
+        if not args.corun_prefill_pack_wait:
+            args.corun_prefill_pack_wait = PACK_WAIT
+        found.pack = entry["pack"]
+    else:
+        found.why["pack"] = str(entry.get("pack"))
+    for part, why in found.why.items():
+        logger.warning("corun calibration: %s not served: %s", part, why)
+    return found
+
+
+def prepare(args: Any, parts: Callable[[], Mapping[str, Any]], gpu: str | None,
+            environ: Mapping[str, str] = os.environ, probes: Probes | None = None,
+            server_flags: list[str] = ()) -> Calibration:
+    """Before ``args`` resolve: serve the calibration of ``parts()`` (``key``), calibrating first if needed."""
+    given = any(getattr(args, name, None) for name in (
+        "corun_decode_tiers", "corun_decode_tier_candidates", "corun_prefill_pack", "corun_prefill_pack_candidate"))
+    mode = getattr(args, "corun_calibrate", "auto")
+    early = plan(mode, given, gpu, False)
+    if early in ("given", "off", "no-gpu"):
+        if early == "no-gpu":
+            logger.warning("corun calibration: no GPU found, serving plain --corun")
+        return Calibration(early)
+    parts = parts()
+    root = cache_root(getattr(args, "corun_calibration_dir", None), environ)
+    folder = root / key(parts)
+    action = plan(mode, given, gpu, read_entry(folder) is not None)
+    if action == "cached":
+        logger.info("corun calibration: serving %s", folder)
+        return serve(args, folder, read_entry(folder), "cached")
+    with _locked(root / f"{folder.name}.lock"):
+        entry = read_entry(folder) if mode == "auto" else None  # another server may have calibrated meanwhile
+        if entry is not None:
+            return serve(args, folder, entry, "cached")
+        started = time.monotonic()
+
+        def say(line: str) -> None:
+            logger.info("corun calibration [%6.1f s] %s", time.monotonic() - started, line)
+
+        say(f"first start in this environment: calibrating into {folder} (each probe starts its own server)")
+        n = getattr(args, "max_running_requests", None) or parts.get("n") or 256
+        verdicts = run_probes(folder, args.model_path, n, list(server_flags), probes or default_probes(), say)
+        entry = {"format": FORMAT, "key": folder.name, "parts": dict(parts), **verdicts}
+        _write_json(folder / ENTRY, entry)
+        say(f"done in {verdicts['seconds']} s: tiers {verdicts['tiers']}, pack {verdicts['pack']}")
+        return serve(args, folder, entry, "calibrated")
+
+
+def gpu_name(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The name of the first visible NVIDIA GPU (NVML), or None without one."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            if pynvml.nvmlDeviceGetCount() == 0:
+                return None
+            visible = environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+            index = int(visible) if visible.isdigit() else 0
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+            return name.decode() if isinstance(name, bytes) else str(name)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver, no library, no device: nothing to calibrate on
+        return None
+
+
+def model_config(args: Any) -> dict:
+    """The model's config as a dict (a local folder's config.json, else Transformers' AutoConfig)."""
+    local = Path(args.model_path) / "config.json"
+    if local.exists():
+        return json.loads(local.read_text())
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(args.model_path, trust_remote_code=bool(args.trust_remote_code),
+                                          revision=getattr(args, "revision", None)).to_dict()
+    except Exception:
+        return {"model_path": str(args.model_path)}
+
+
+def key_parts(args: Any, server_flags: list[str], gpu: str | None) -> dict:
+    """What a calibration depends on: the model, the options, the hardware and software, what it verifies."""
+    import torch
+
+    from corun_sglang import records
+
+    n = getattr(args, "max_running_requests", None) or 256
+    return {
+        "format": FORMAT,
+        "model": records.model_digest(model_config(args)),
+        "flags": server_flags,
+        "n": n,
+        "gpu": gpu,
+        "cuda": torch.version.cuda,
+        "blas": {k: records.flat(v) for k, v in sorted(records.blas_setup().items())},
+        "versions": records.versions(),
+        "tier candidates": tier_candidates(n),
+        "pack": PACK,
+    }

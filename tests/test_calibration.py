@@ -1,0 +1,191 @@
+"""``calibration``: ``--corun`` alone serves the records verified for its environment, verifying them once."""
+
+import json
+import threading
+import types
+
+import pytest
+
+from corun_sglang import calibration, config
+from corun_sglang.pack_record import Record as PackRecord
+from corun_sglang.tiers import Record as TiersRecord
+
+ENV = {"gpu": "NVIDIA H200"}
+
+
+def test_tier_candidates_are_the_quarters_of_n():
+    assert calibration.tier_candidates(256) == [64, 128, 192]
+    assert calibration.tier_candidates(64) == [16, 32, 48]
+    assert calibration.tier_candidates(16) == [8, 12]
+    assert calibration.tier_candidates(8) == []
+
+
+@pytest.mark.parametrize("mode,given,gpu,cached,want", [
+    ("auto", True, "H200", True, "given"), ("force", True, "H200", False, "given"),
+    ("off", False, "H200", True, "off"), ("auto", False, None, True, "no-gpu"),
+    ("auto", False, "H200", True, "cached"), ("auto", False, "H200", False, "calibrate"),
+    ("force", False, "H200", True, "calibrate"),
+])
+def test_plan(mode, given, gpu, cached, want):
+    assert calibration.plan(mode, given, gpu, cached) == want
+
+
+def test_an_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="auto, off, force"):
+        calibration.plan("sometimes", False, "H200", False)
+
+
+def test_the_key_follows_every_part():
+    parts = {"model": "abc", "flags": ["--tp-size", "2"], "gpu": "NVIDIA H200", "versions": {"torch": "2.11"}}
+    assert calibration.key(parts) == calibration.key(dict(reversed(list(parts.items()))))
+    for name, other in [("model", "abd"), ("flags", []), ("gpu", "NVIDIA H100"), ("versions", {"torch": "2.12"})]:
+        assert calibration.key({**parts, name: other}) != calibration.key(parts)
+
+
+def test_flags_rebuild_the_options_a_candidate_server_needs():
+    from corun_sglang.server_args import _sglang_defaults
+
+    defaults = _sglang_defaults()
+    args = types.SimpleNamespace(**{**defaults, "tp_size": 2, "chunked_prefill_size": 2048, "host": "0.0.0.0",
+                                    "port": 31000, "api_key": "secret", "enable_fp32_lm_head": True,
+                                    "load_format": "dummy", "json_model_override_args": '{"a": 1}',
+                                    "corun": True})
+    got = calibration.flags(args, defaults, {"api_key"})
+    assert got == ["--load-format", "dummy", "--json-model-override-args", '{"a": 1}', "--chunked-prefill-size", "2048",
+                   "--tp-size", "2", "--enable-fp32-lm-head"] or set(got) == {
+        "--load-format", "dummy", "--json-model-override-args", '{"a": 1}', "--chunked-prefill-size", "2048",
+        "--tp-size", "2", "--enable-fp32-lm-head"}
+    assert "--host" not in got and "--port" not in got and "--api-key" not in got and "--corun" not in got
+
+
+class FakeProbes:
+    """Probes that write real records, as the verifiers do, and count their calls."""
+
+    def __init__(self, tiers=(64, 128), pack_fails=False):
+        self.calls = {"tiers": 0, "pack": 0}
+        self.tier_list, self.pack_fails = tuple(tiers), pack_fails
+        self.lock = threading.Lock()
+
+    def tiers(self, model_path, candidates, n, out, log, server_args, progress):
+        with self.lock:
+            self.calls["tiers"] += 1
+        record = TiersRecord(n=n, tiers=self.tier_list, environment=ENV)
+        out.write_text(json.dumps(record.to_json()))
+        return record
+
+    def pack(self, model_path, pack, out, log, server_args, progress):
+        with self.lock:
+            self.calls["pack"] += 1
+        if self.pack_fails:
+            raise ValueError("a pack of 1024 tokens does not verify here")
+        record = PackRecord(pack=pack, shortest=33, environment=ENV)  # the tiny Qwen3 shape's
+        out.write_text(json.dumps(record.to_json()))
+        return record
+
+    def probes(self):
+        return calibration.Probes(self.tiers, self.pack)
+
+
+def _args(tmp_path, **kw):
+    base = dict(model_path="m", max_running_requests=256, corun_calibrate="auto", corun_calibration_dir=str(tmp_path),
+                corun_decode_tiers=None, corun_decode_tier_candidates=None, corun_prefill_pack=None,
+                corun_prefill_pack_candidate=None, corun_prefill_pack_wait=0)
+    return types.SimpleNamespace(**{**base, **kw})
+
+
+PARTS = {"model": "abc", "gpu": "NVIDIA H200"}
+
+
+def test_the_first_start_calibrates_and_later_starts_serve_the_cache(tmp_path):
+    fake = FakeProbes()
+    args = _args(tmp_path)
+    first = calibration.prepare(args, lambda: PARTS, "NVIDIA H200", probes=fake.probes())
+    assert first.source == "calibrated" and first.tiers == [64, 128] and first.pack == 1024
+    assert args.corun_decode_tiers.endswith("tiers.json") and args.corun_prefill_pack.endswith("pack.json")
+    assert args.corun_prefill_pack_wait == calibration.PACK_WAIT
+    again = _args(tmp_path, corun_prefill_pack_wait=4)
+    second = calibration.prepare(again, lambda: PARTS, "NVIDIA H200", probes=fake.probes())
+    assert second.source == "cached" and fake.calls == {"tiers": 1, "pack": 1}
+    assert again.corun_decode_tiers == args.corun_decode_tiers and again.corun_prefill_pack_wait == 4  # given wait wins
+    other = calibration.prepare(_args(tmp_path), lambda: {**PARTS, "gpu": "NVIDIA H100"}, "NVIDIA H100",
+                                probes=fake.probes())
+    assert other.source == "calibrated" and fake.calls == {"tiers": 2, "pack": 2}  # another environment
+    forced = calibration.prepare(_args(tmp_path, corun_calibrate="force"), lambda: PARTS, "NVIDIA H200",
+                                 probes=fake.probes())
+    assert forced.source == "calibrated" and fake.calls == {"tiers": 3, "pack": 3}
+
+
+def test_a_failed_probe_leaves_its_part_unserved_and_says_why(tmp_path):
+    fake = FakeProbes(tiers=(), pack_fails=True)
+    args = _args(tmp_path)
+    got = calibration.prepare(args, lambda: PARTS, "NVIDIA H200", probes=fake.probes())
+    assert got.tiers is None and got.pack is None
+    assert "no candidate" in got.why["tiers"] and "does not verify" in got.why["pack"]
+    assert args.corun_decode_tiers is None and args.corun_prefill_pack is None and args.corun_prefill_pack_wait == 0
+    assert calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200", probes=fake.probes()).source == "cached"
+    assert fake.calls == {"tiers": 1, "pack": 1}  # the verdict is cached too
+
+
+def test_given_records_off_and_no_gpu_never_probe(tmp_path):
+    fake = FakeProbes()
+
+    def parts():
+        raise AssertionError("the key is not computed")
+
+    for args, gpu, want in [(_args(tmp_path, corun_decode_tiers="t.json"), "H200", "given"),
+                            (_args(tmp_path, corun_prefill_pack_candidate=1024), "H200", "given"),
+                            (_args(tmp_path, corun_calibrate="off"), "H200", "off"),
+                            (_args(tmp_path), None, "no-gpu")]:
+        assert calibration.prepare(args, parts, gpu, probes=fake.probes()).source == want
+    assert fake.calls == {"tiers": 0, "pack": 0}
+
+
+def test_servers_starting_at_once_calibrate_once(tmp_path):
+    fake = FakeProbes()
+    got = []
+
+    def start():
+        got.append(calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200", probes=fake.probes()).source)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert fake.calls == {"tiers": 1, "pack": 1} and sorted(got) == ["cached"] * 3 + ["calibrated"]
+
+
+def test_a_partial_or_older_entry_is_not_read(tmp_path):
+    (tmp_path / calibration.ENTRY).write_text("{")
+    assert calibration.read_entry(tmp_path) is None
+    (tmp_path / calibration.ENTRY).write_text(json.dumps({"format": calibration.FORMAT - 1}))
+    assert calibration.read_entry(tmp_path) is None
+
+
+def test_the_cache_folder(tmp_path):
+    assert calibration.cache_root(str(tmp_path), {}) == tmp_path
+    assert calibration.cache_root(None, {"CORUN_SGLANG_CACHE": str(tmp_path)}) == tmp_path / "calibration"
+    assert calibration.cache_root(None, {}).parts[-3:] == (".cache", "corun-sglang", "calibration")
+
+
+def test_a_server_serves_what_calibration_cached(make_args, tmp_path):
+    """The records an entry points at load in a real ``--corun`` ServerArgs (here given, as a cached start
+    hands them over)."""
+    args = _args(tmp_path)
+    calibration.prepare(args, lambda: PARTS, "NVIDIA H200", probes=FakeProbes().probes())
+    served = make_args(corun=True, corun_decode_tiers=args.corun_decode_tiers,
+                       corun_prefill_pack=args.corun_prefill_pack, corun_prefill_pack_wait=args.corun_prefill_pack_wait,
+                       disable_cuda_graph=False)
+    assert served.corun_config.decode_tiers == (64, 128) and served.corun_config.prefill_pack == 1024
+    assert served.corun_config.calibration["source"] == "given"
+
+
+def test_without_a_gpu_corun_serves_plain_n_and_says_so(make_args):
+    args = make_args(corun=True)
+    assert args.corun_config.calibration["source"] == "no-gpu"
+    assert args.corun_config.decode_tiers == () and args.corun_config.prefill_pack is None
+
+
+def test_calibration_options_need_corun(make_args):
+    with pytest.raises(config.CorunConfigError, match="add --corun"):
+        make_args(corun_calibrate="off")
