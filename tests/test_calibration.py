@@ -189,3 +189,17 @@ def test_without_a_gpu_corun_serves_plain_n_and_says_so(make_args):
 def test_calibration_options_need_corun(make_args):
     with pytest.raises(config.CorunConfigError, match="add --corun"):
         make_args(corun_calibrate="off")
+
+
+def test_the_image_and_compose_keep_the_calibration_cache_on_a_volume():
+    from pathlib import Path
+
+    import yaml
+
+    docker = Path(__file__).resolve().parents[1] / "docker"
+    compose = yaml.safe_load((docker / "compose.yaml").read_text())
+    service = compose["services"]["corun-sglang"]
+    env = dict(item.split("=", 1) for item in service["environment"])
+    mounts = dict(reversed(m.rsplit(":", 1)) for m in service["volumes"])
+    assert mounts[env["CORUN_SGLANG_CACHE"]] in compose["volumes"]  # a named volume: kept across restarts
+    assert f"CORUN_SGLANG_CACHE={env['CORUN_SGLANG_CACHE']}" in (docker / "Dockerfile").read_text()
