@@ -1,7 +1,8 @@
 """Padding worst case: one active request while the decode graph has N slots (N = --max-running-requests).
 
 For each N, a ``--corun`` server replays the size-N graph for a single
-request; its decode time per token (TPOT) against N shows what padding costs
+request (calibration off: calibrated decode tiers would replay a smaller
+graph); its decode time per token (TPOT) against N shows what padding costs
 when the server is nearly idle. A default SGLang server (which pads only to
 its nearest captured size) gives the reference. Rows go to ``--out``.
 
@@ -36,7 +37,8 @@ def main(argv=None) -> int:
     ckpt = common.prepare(args)
     arms = [("STD", None)] + [("CoRun", int(n)) for n in args.n.split(",")]
     for arm, n in arms:
-        extra = (["--corun", "--max-running-requests", str(n)] if n else []) + args.server_args.split()
+        extra = (["--corun", "--corun-calibrate", "off", "--max-running-requests", str(n)] if n else [])
+        extra += args.server_args.split()
         server = Server(str(ckpt), extra, Path(args.logs) / f"padding-{arm}-{n}.log", timeout=900)
         try:
             tpots = []

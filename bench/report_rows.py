@@ -24,6 +24,8 @@ from bench import serverlog, workloads
 
 ARMS = ("STD", "BI", "CoRun")
 ABLATION_ARMS = ("SplitKV-off", "SplitKV-off+IsoPrefill")
+#: CoRun with calibration off (``--corun-calibrate off``): plain N and isolated prefill.
+NOCAL_ARM = "CoRun-nocal"
 #: CoRun serving verified decode tiers (``corun-sglang verify-tiers``) besides the N-slot graph.
 TIERS_ARM = "CoRun-tiers"
 #: CoRun-tiers serving a verified prefill pack (``corun-sglang verify-prefill-pack``) too.
@@ -31,7 +33,7 @@ PACK_ARM = "CoRun-tiers-pack"
 #: CoRun-tiers-pack whose packs wait for KV (``--corun-prefill-pack-wait``).
 WAIT_ARM = "CoRun-tiers-pack-wait"
 #: Every arm, in the order tables and plots show them.
-ORDER = ("STD", "BI", *ABLATION_ARMS, "CoRun", TIERS_ARM, PACK_ARM, WAIT_ARM)
+ORDER = ("STD", "BI", *ABLATION_ARMS, NOCAL_ARM, "CoRun", TIERS_ARM, PACK_ARM, WAIT_ARM)
 #: The fewest decode steps a client-measured decode phase must span to be measured: one interval of the
 #: server's decode log. A shorter one (a trace whose first wave holds a request of a few output tokens)
 #: is a handful of steps, whose timings the client's reads and the step a prefill lands in decide.

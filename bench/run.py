@@ -46,8 +46,13 @@ from bench import client, common, serverlog, workloads
 ARMS = {
     "STD": [],
     "BI": ["--enable-deterministic-inference"],
+    # --corun alone: what a user gets, the decode tiers and prefill pack its calibration verified and
+    # serves (the rows record it, ``calibration``); rows from before calibration are plain N
     "CoRun": ["--corun"],
-    # CoRun with decode tiers: the sizes of --tier-candidates that corun-sglang verify-tiers keeps
+    # ablation: CoRun with calibration off, plain N and isolated prefill
+    "CoRun-nocal": ["--corun", "--corun-calibrate", "off"],
+    # CoRun with decode tiers: the sizes of --tier-candidates that corun-sglang verify-tiers keeps (a given
+    # record or candidate wins over calibration, so the records below are what these arms serve)
     "CoRun-tiers": ["--corun"],
     # CoRun-tiers with packed prefill: the pack of --pack (or --pack-size, verified first)
     "CoRun-tiers-pack": ["--corun"],
@@ -208,6 +213,18 @@ def pack_record(args, label: str, ckpt, shared: list[str]):
     return packing.load(path)
 
 
+def corun_contract(url: str) -> dict:
+    """``/server_info``'s ``corun_contract`` (its ``calibration`` says what calibration served); empty for a
+    server without ``--corun`` or one that does not answer."""
+    import httpx
+
+    try:
+        info = httpx.get(url + "/server_info", timeout=30).json()
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return (info.get("corun_contract") if isinstance(info, dict) else None) or {}
+
+
 def tiers_record(args, label: str, ckpt, shared: list[str], env: dict[str, str] | None = None):
     """The decode tiers record: ``--tiers`` where given, else the one of this checkpoint, server options
     and added environment, verified once and kept in the logs folder."""
@@ -293,6 +310,7 @@ def main(argv=None) -> int:
     pack = pack_record(args, label, ckpt, shared) if any(a in PACKED for a in arms) else None
     gpu = common.gpu_uuid()
     servers = {}
+    contracts = {}  # arm -> its server's corun_contract
     warmed = []  # servers that have served their warm-up
 
     def serve(arm):
@@ -305,6 +323,7 @@ def main(argv=None) -> int:
             log = Path(args.logs) / serverlog.log_name(args.study, arm)
             servers[arm] = Server(str(ckpt), ARMS[arm] + extra[arm] + tiered + shared, log, timeout=900,
                                   static_gb=args.static_gb, env=env[arm])
+            contracts[arm] = corun_contract(servers[arm].url) if "--corun" in ARMS[arm] else {}
         return servers[arm]
 
     try:
@@ -344,6 +363,7 @@ def main(argv=None) -> int:
                 "output_digests": [client.digest(r) for r in records],
                 **({"decode_tiers": list(record.tiers)} if arm in TIERED else {}),
                 **({"prefill_pack": pack.pack, "prefill_pack_shortest": pack.shortest} if arm in PACKED else {}),
+                **({"calibration": contracts[arm]["calibration"]} if contracts[arm].get("calibration") else {}),
             }
             with open(out, "a") as f:
                 f.write(json.dumps(row) + "\n")

@@ -63,6 +63,8 @@
 # With two GPUs, run two invocations at once, each with its own CUDA_VISIBLE_DEVICES and RESULTS.
 # Every slice runs all its arms interleaved on one GPU and tags its rows with its name (run.py
 # --study): the report compares arms only within one study.
+# CoRun is --corun alone, which now serves what its calibration verified; the committed rows of these
+# slices predate calibration, when CoRun was plain N: the arm CoRun-nocal (calibration off) is that one.
 set -uo pipefail
 [ $# -ge 2 ] || { sed -n 3p "$0"; exit 2; }
 cd "$(dirname "$0")/.."

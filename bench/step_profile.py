@@ -210,6 +210,10 @@ def main(argv=None) -> int:
         server = Server(str(ckpt), run.ARMS[arm] + extra[arm] + tiered + shared, Path(args.logs) / f"profile-{arm}.log",
                         timeout=900, static_gb=args.static_gb, env=env[arm])
         try:
+            contract = run.corun_contract(server.url) if graphs else {}
+            served = contract.get("configuration") or {}
+            if "decode tiers" in served:  # what the server captured, calibrated tiers included
+                graphs = tiers.capture_sizes(served["decode tiers"], served["N"])
             for load in loads:
                 prompts = workloads.prompts([(args.input_len, args.output_len)] * load, seed=load)
                 out_dir = traces / f"{arm}-{load}"
@@ -220,6 +224,7 @@ def main(argv=None) -> int:
                        "input_len": args.input_len, "kv_tokens": kv, "trace": str(trace),
                        "graph_slots": graph_slots(graphs, running) if graphs else None,
                        **({"server_env": env[arm]} if env[arm] else {}),
+                       **({"calibration": contract["calibration"]} if contract.get("calibration") else {}),
                        **summarize_trace(trace, args.steps), "server_command": server.command}
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")

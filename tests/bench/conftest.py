@@ -20,12 +20,12 @@ PREFILL_LINE = ("[{}] Prefill batch, #new-seq: 1, #new-token: {}, #cached-token:
                 "#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: True, input throughput (token/s): 1.00\n")
 
 
-def _streaming_server(log=None, capacity=None, cumulative=False):
+def _streaming_server(log=None, capacity=None, cumulative=False, info=None):
     """A stand-in SGLang: /generate streams a token every 10 ms, its id a function of the prompt and
     position, one new id per chunk (``cumulative``: every id so far); with ``log``, it appends an
     SGLang prefill-batch line and two decode-batch lines per request; with ``capacity``, at most that
     many stream at once, the others wait their turn. /start_profile writes an empty trace a moment later; /flush_cache answers
-    400 while a request streams, as SGLang does, else 200."""
+    400 while a request streams, as SGLang does, else 200; GET /server_info answers ``info`` (404 without)."""
     slots = threading.BoundedSemaphore(capacity or 1 << 30)
 
     class Handler(BaseHTTPRequestHandler):
@@ -33,6 +33,13 @@ def _streaming_server(log=None, capacity=None, cumulative=False):
 
         def log_message(self, *a):
             pass
+
+        def do_GET(self):
+            data = json.dumps(info).encode() if self.path == "/server_info" and info is not None else b""
+            self.send_response(200 if data else 404)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def do_POST(self):
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -112,7 +119,14 @@ class StandIn:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "a") as f:
             f.write("server started\n")
-        self.httpd = _streaming_server(self.log)
+        # /server_info: a --corun server's contract says what calibration served (off, records given, or a
+        # cached tier)
+        off = "--corun-calibrate" in args and args[args.index("--corun-calibrate") + 1] == "off"
+        given = "--corun-decode-tiers" in args or "--corun-prefill-pack" in args
+        calibration = ({"source": "off"} if off else {"source": "given"} if given
+                       else {"source": "cached", "tiers": [64], "pack": None})
+        self.httpd = _streaming_server(self.log, info={"corun_contract": {"calibration": calibration}}
+                                       if "--corun" in args else {})
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.command = ["server", *args]
         assert static_gb == 38.0 and "--max-total-tokens" in args

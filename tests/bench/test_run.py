@@ -217,6 +217,31 @@ def test_an_arm_env_reaches_the_arms_server_its_tiers_verification_and_its_rows(
     assert rows["CoRun-tiers"]["server_env"] == lt and "server_env" not in rows["STD"]
 
 
+def test_corun_rows_record_what_calibration_served_and_the_ablation_turns_it_off(stand_in, monkeypatch):
+    from corun_sglang import tiers, verify_tiers
+
+    out, argv = stand_in
+
+    def verify(model_path, candidates, n, out, log, server_args=(), static_gb=None, env=None, **_):
+        record = tiers.Record(n=n, tiers=(128,), environment={"gpu": "G"}, rejected={})
+        out.write_text(json.dumps(record.to_json()))
+        return record
+
+    monkeypatch.setattr(verify_tiers, "verify", verify)
+    argv += ["--arms", "STD,CoRun-nocal,CoRun,CoRun-tiers", "--tier-candidates", "128"]
+    assert run.main(argv) == 0
+    rows = {r["arm"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert rows["CoRun"]["server_command"][1:3] == ["--corun", "--max-running-requests"]  # --corun alone
+    assert rows["CoRun"]["calibration"] == {"source": "cached", "tiers": [64], "pack": None}
+    nocal = rows["CoRun-nocal"]["server_command"]
+    assert nocal[nocal.index("--corun-calibrate") + 1] == "off" and rows["CoRun-nocal"]["calibration"] == {"source": "off"}
+    # an arm given a record serves it: the record is on its command line, whatever calibration would serve
+    assert "--corun-decode-tiers" in rows["CoRun-tiers"]["server_command"] and rows["CoRun-tiers"]["decode_tiers"] == [128]
+    assert rows["CoRun-tiers"]["calibration"] == {"source": "given"}
+    assert "calibration" not in rows["STD"] and "--corun-calibrate" not in rows["CoRun"]["server_command"]
+    assert run.corun_contract("http://127.0.0.1:9") == {}  # a server that does not answer: nothing recorded
+
+
 def test_an_arm_outside_the_known_ones_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as stop:
         run.main(["--arms", "STD,Fast"])
