@@ -3,7 +3,8 @@
 On a start with ``--corun-calibrate auto`` (the default) and no record or candidate given, the server
 looks up its calibration in a cache folder (``--corun-calibration-dir``, else ``$CORUN_SGLANG_CACHE``/
 ``calibration``, else ``~/.cache/corun-sglang/calibration``) under its ``key``: a digest of the model's
-config, the server's own options (``flags``), the GPU, CUDA, the BLAS setup and the installed versions,
+config, the server's own options (``flags``, with ``--corun-moe-padding`` and without the memory
+budget, ``MEMORY_OPTIONS``), the GPU, CUDA, the BLAS setup and the installed versions,
 and what is calibrated (the tier candidates, the pack). Found, its verdicts are served: the decode tiers
 record (``--corun-decode-tiers``) and the prefill pack record (``--corun-prefill-pack``, waiting up to
 ``PACK_WAIT`` decode steps unless ``--corun-prefill-pack-wait`` is given). Not found, or with ``force``,
@@ -47,6 +48,9 @@ PACK_FILE = "pack.json"
 #: ServerArgs fields a candidate server does not take from the serving command (its own model path and
 #: address; corun's own options are set by the probe).
 NOT_PASSED = {"model_path", "host", "port"}
+#: Options that size the server's memory (so its KV pool), not a kernel: passed to the candidate servers,
+#: left out of the key, so a start with another memory budget reuses the calibration.
+MEMORY_OPTIONS = {"mem_fraction_static", "max_total_tokens"}
 
 
 def tier_candidates(n: int) -> list[int]:

@@ -172,11 +172,14 @@ class CorunServerArgs(SGLangServerArgs):
 
     def _calibrate(self) -> calibration.Calibration:
         """Serve this environment's calibration (``calibration.prepare``), verifying it first if needed."""
-        passed = {name for name in _sglang_defaults() if (g := options.group_of(name)) is not None
-                  and g.kind == "free" and not g.why.startswith("the model")}
-        server_flags = calibration.flags(self, _sglang_defaults(), passed)
+        free = {name for name in _sglang_defaults() if (g := options.group_of(name)) is not None
+                and g.kind == "free" and not g.why.startswith("the model")}
+        own = ["--corun-moe-padding", self.corun_moe_padding] if self.corun_moe_padding != "auto" else []
+        server_flags = calibration.flags(self, _sglang_defaults(), free) + own
+        # how much memory the server takes sizes its KV pool, not a kernel: it does not name a calibration
+        key_flags = calibration.flags(self, _sglang_defaults(), free | calibration.MEMORY_OPTIONS) + own
         gpu = calibration.gpu_name() if self.corun_calibrate != "off" else None
-        return calibration.prepare(self, lambda: calibration.key_parts(self, server_flags, gpu), gpu,
+        return calibration.prepare(self, lambda: calibration.key_parts(self, key_flags, gpu), gpu,
                                    server_flags=server_flags)
 
     def _default_max_new_tokens_problems(self) -> list[str]:

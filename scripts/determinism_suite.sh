@@ -8,7 +8,8 @@
 #   1. records: `corun-sglang verify-tiers` and `verify-prefill-pack` write the decode tiers and prefill
 #      pack records the served configurations load (with the suite's own server options);
 #   2. the suite (tests/gpu/test_suite.py) with the arms side by side, in groups that fit the GPU:
-#      default SGLang (radix cache off, greedy), its batch-invariant mode, --corun, --corun at N = 64;
+#      default SGLang (radix cache off, greedy), its batch-invariant mode, --corun as shipped (calibrating
+#      itself on its first start: CORUN_CALIBRATE=auto), --corun with calibration off, --corun at N = 64;
 #      then --corun with the tiers record, with the pack record, with the pack record and a wait, and
 #      (MoE) with padding rows through the experts;
 #   3. the OpenAI HTTP path (tests/gpu/test_http.py) on the dense shape and on SmolLM2.
@@ -51,6 +52,7 @@ suite() {  # lane-name shape arms static-gb [pytest args...]
     local lane=$1 shape=$2 arms=$3 gb=$4; shift 4
     mkdir -p "$results/$lane"
     CORUN_RESULTS="$results/$lane" CORUN_SUITE_SHAPES="$shape" CORUN_SUITE_ARMS="$arms" CORUN_SUITE_STATIC_GB="$gb" \
+        CORUN_CALIBRATE=auto CORUN_SGLANG_CACHE="$results/cache" \
         CORUN_CHECKPOINTS="$results/checkpoints" CORUN_SUITE_SERVER_ARGS="--attention-backend flashinfer" \
         CORUN_SUITE_TIERS_RECORD="$results/records/$shape-tiers.json" \
         CORUN_SUITE_PACK_RECORD="$results/records/$shape-pack.json" \
@@ -71,12 +73,13 @@ for lane in $lanes; do
             for shape in $small; do
                 records "$shape" || status=1
                 extra=""; [ "$shape" = qwen3-moe-small ] && extra=",corun-moe-compute"
-                suite "$shape" "$shape" "default,deterministic,corun,corun-n64,corun-tiers,corun-pack,corun-pack-wait$extra" 14
+                suite "$shape" "$shape" "default,deterministic,corun,corun-nocal,corun-n64,corun-tiers,corun-pack,corun-pack-wait$extra" 12
             done
             http http-smollm2 smollm2 ;;
         dense)
             records "$dense" || status=1
-            suite "$dense-a" "$dense" default,deterministic,corun,corun-n64 30
+            suite "$dense-a" "$dense" default,deterministic,corun,corun-nocal 30
+            suite "$dense-n" "$dense" corun-n64 30
             suite "$dense-b" "$dense" corun-tiers,corun-pack,corun-pack-wait 36
             http "http-$dense" "$dense" ;;
         moe)

@@ -203,3 +203,13 @@ def test_the_image_and_compose_keep_the_calibration_cache_on_a_volume():
     mounts = dict(reversed(m.rsplit(":", 1)) for m in service["volumes"])
     assert mounts[env["CORUN_SGLANG_CACHE"]] in compose["volumes"]  # a named volume: kept across restarts
     assert f"CORUN_SGLANG_CACHE={env['CORUN_SGLANG_CACHE']}" in (docker / "Dockerfile").read_text()
+
+
+def test_the_memory_budget_goes_to_the_probes_but_does_not_name_the_calibration():
+    from corun_sglang.server_args import _sglang_defaults
+
+    defaults = _sglang_defaults()
+    args = types.SimpleNamespace(**{**defaults, "mem_fraction_static": 0.5, "max_total_tokens": 100000, "tp_size": 2})
+    assert "--mem-fraction-static" in calibration.flags(args, defaults, set())
+    keyed = calibration.flags(args, defaults, calibration.MEMORY_OPTIONS)
+    assert keyed == ["--tp-size", "2"]

@@ -9,7 +9,10 @@ Environment:
   or ``files`` (a full safetensors checkpoint);
 - ``CORUN_RESULTS``: a folder where tests write their measurements as JSON;
 - ``CORUN_STATIC_GB``: static GPU memory (GiB) of every server a test starts without
-  naming its own (default: SGLang's ``--mem-fraction-static``), so tests can share a GPU.
+  naming its own (default: SGLang's ``--mem-fraction-static``), so tests can share a GPU;
+- ``CORUN_CALIBRATE``: the ``--corun-calibrate`` of every ``--corun`` server a test starts without
+  naming one (default ``off``: a test sees the configuration it asks for; ``auto`` serves the
+  calibrated default, calibrating on the first start).
 """
 
 import json
@@ -69,6 +72,8 @@ def launch(tmp_path_factory):
               static_gb: float | None = None) -> Server:
         """``text``: serve text endpoints with the checkpoint's tokenizer (else token ids only);
         ``static_gb``: static GPU memory for this server (see ``corun_sglang.tools.launch``)."""
+        if "--corun" in args and not any(a.startswith("--corun-calibrate") for a in args):
+            args = (*args, "--corun-calibrate", os.environ.get("CORUN_CALIBRATE", "off"))
         folder = Path(os.environ.get("CORUN_RESULTS") or tmp_path_factory.mktemp("logs"))
         folder.mkdir(parents=True, exist_ok=True)
         if static_gb is None and os.environ.get("CORUN_STATIC_GB"):

@@ -6,7 +6,8 @@ Arms (``ARMS``; ``CORUN_SUITE_ARMS`` picks them, default ``default,deterministic
   ``sampling_seed``): the negative control, whose divergences can then only come from the batch. It
   must diverge in scenarios a, b, d, i;
 - ``deterministic``: SGLang's ``--enable-deterministic-inference``, seeded as sent: reported only;
-- ``corun`` and its served configurations: ``corun-n64`` (N = 64), ``corun-tiers`` (a decode tiers
+- ``corun`` and its served configurations: ``corun`` itself (calibrated when ``CORUN_CALIBRATE=auto``,
+  as ``scripts/determinism_suite.sh`` runs it; plain N otherwise), ``corun-nocal`` (plain N), ``corun-n64`` (N = 64), ``corun-tiers`` (a decode tiers
   record, ``CORUN_SUITE_TIERS_RECORD``), ``corun-pack`` and ``corun-pack-wait`` (a prefill pack
   record, ``CORUN_SUITE_PACK_RECORD``, the latter with ``--corun-prefill-pack-wait
   $CORUN_SUITE_PACK_WAIT``, default 4), ``corun-moe-compute`` (MoE padding rows through the
@@ -63,6 +64,7 @@ ARMS = {
     "default": ["--disable-radix-cache"],
     "deterministic": ["--enable-deterministic-inference"],
     "corun": ["--corun"],
+    "corun-nocal": ["--corun", "--corun-calibrate", "off"],
     "corun-n64": ["--corun", "--max-running-requests", "64"],
     "corun-tiers": ["--corun", "--corun-decode-tiers", TIERS_RECORD],
     "corun-pack": ["--corun", "--corun-prefill-pack", PACK_RECORD],
