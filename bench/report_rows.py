@@ -33,7 +33,8 @@ PACK_ARM = "CoRun-tiers-pack"
 #: CoRun-tiers-pack whose packs wait for KV (``--corun-prefill-pack-wait``).
 WAIT_ARM = "CoRun-tiers-pack-wait"
 #: Every arm, in the order tables and plots show them.
-ORDER = ("STD", "BI", *ABLATION_ARMS, NOCAL_ARM, "CoRun", TIERS_ARM, PACK_ARM, WAIT_ARM)
+ORDER = ("STD", "STD-flashinfer", "BI", "BI-flashinfer", *ABLATION_ARMS, NOCAL_ARM, "CoRun", TIERS_ARM, PACK_ARM,
+         WAIT_ARM)
 #: The fewest decode steps a client-measured decode phase must span to be measured: one interval of the
 #: server's decode log. A shorter one (a trace whose first wave holds a request of a few output tokens)
 #: is a handful of steps, whose timings the client's reads and the step a prefill lands in decide.

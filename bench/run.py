@@ -44,8 +44,13 @@ from pathlib import Path
 from bench import client, common, serverlog, workloads
 
 ARMS = {
+    # the peers at their best: SGLang 0.5.17's own defaults (on an H200: FA3 attention, radix cache on),
+    # and its batch-invariant mode at its own defaults (FA3 keeps its radix cache there); both also on
+    # FlashInfer, the attention --corun serves
     "STD": [],
+    "STD-flashinfer": ["--attention-backend", "flashinfer"],
     "BI": ["--enable-deterministic-inference"],
+    "BI-flashinfer": ["--enable-deterministic-inference", "--attention-backend", "flashinfer"],
     # --corun alone: what a user gets, the decode tiers and prefill pack its calibration verified and
     # serves (the rows record it, ``calibration``); rows from before calibration are plain N
     "CoRun": ["--corun"],
@@ -213,16 +218,27 @@ def pack_record(args, label: str, ckpt, shared: list[str]):
     return packing.load(path)
 
 
-def corun_contract(url: str) -> dict:
-    """``/server_info``'s ``corun_contract`` (its ``calibration`` says what calibration served); empty for a
-    server without ``--corun`` or one that does not answer."""
+def server_info(url: str) -> dict:
+    """``/server_info`` (empty for a server that does not answer)."""
     import httpx
 
     try:
         info = httpx.get(url + "/server_info", timeout=30).json()
     except (httpx.HTTPError, ValueError):
         return {}
-    return (info.get("corun_contract") if isinstance(info, dict) else None) or {}
+    return info if isinstance(info, dict) else {}
+
+
+def corun_contract(url: str) -> dict:
+    """``/server_info``'s ``corun_contract`` (its ``calibration`` says what calibration served); empty for a
+    server without ``--corun`` or one that does not answer."""
+    return server_info(url).get("corun_contract") or {}
+
+
+def served(info: dict) -> dict:
+    """What a row records of the server that ran it: its KV pool (tokens) and resolved attention backend."""
+    return {"kv_pool_tokens": info.get("max_total_num_tokens"), "attention_backend": info.get("attention_backend"),
+            "radix_cache": None if "disable_radix_cache" not in info else not info["disable_radix_cache"]}
 
 
 def tiers_record(args, label: str, ckpt, shared: list[str], env: dict[str, str] | None = None):
@@ -246,8 +262,7 @@ def tiers_record(args, label: str, ckpt, shared: list[str], env: dict[str, str] 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    common.add_options(parser, out="docs/results/bench/runs.jsonl",
-                       server_args="--attention-backend flashinfer --incremental-streaming-output")
+    common.add_options(parser, out="docs/results/bench/runs.jsonl", server_args="--incremental-streaming-output")
     parser.add_argument("--study", default="", help="the study these rows belong to (bench/slices.sh: the slice)")
     parser.add_argument("--workloads", default="sharegpt")
     parser.add_argument("--requests", type=int, default=0,
@@ -311,6 +326,7 @@ def main(argv=None) -> int:
     gpu = common.gpu_uuid()
     servers = {}
     contracts = {}  # arm -> its server's corun_contract
+    infos = {}  # arm -> what its server served (KV pool, attention backend, radix cache)
     warmed = []  # servers that have served their warm-up
 
     def serve(arm):
@@ -323,7 +339,9 @@ def main(argv=None) -> int:
             log = Path(args.logs) / serverlog.log_name(args.study, arm)
             servers[arm] = Server(str(ckpt), ARMS[arm] + extra[arm] + tiered + shared, log, timeout=900,
                                   static_gb=args.static_gb, env=env[arm])
-            contracts[arm] = corun_contract(servers[arm].url) if "--corun" in ARMS[arm] else {}
+            info = server_info(servers[arm].url)
+            infos[arm] = served(info)
+            contracts[arm] = (info.get("corun_contract") or {}) if "--corun" in ARMS[arm] else {}
         return servers[arm]
 
     try:
@@ -364,6 +382,7 @@ def main(argv=None) -> int:
                 **({"decode_tiers": list(record.tiers)} if arm in TIERED else {}),
                 **({"prefill_pack": pack.pack, "prefill_pack_shortest": pack.shortest} if arm in PACKED else {}),
                 **({"calibration": contracts[arm]["calibration"]} if contracts[arm].get("calibration") else {}),
+                **infos[arm],
             }
             with open(out, "a") as f:
                 f.write(json.dumps(row) + "\n")

@@ -252,3 +252,13 @@ def test_a_run_holds_ten_requests_per_unit_of_concurrency_unless_told():
     from bench.run import requests_for
 
     assert requests_for(0, 256) == 2560 and requests_for(0, 16) == 300 and requests_for(40, 256) == 40
+
+
+def test_the_peers_run_at_their_own_defaults_and_rows_record_what_served():
+    from bench import run
+
+    assert run.ARMS["STD"] == [] and run.ARMS["BI"] == ["--enable-deterministic-inference"]
+    assert "--attention-backend" in run.ARMS["STD-flashinfer"] and "--attention-backend" in run.ARMS["BI-flashinfer"]
+    info = {"max_total_num_tokens": 512000, "attention_backend": "fa3", "disable_radix_cache": False}
+    assert run.served(info) == {"kv_pool_tokens": 512000, "attention_backend": "fa3", "radix_cache": True}
+    assert run.served({}) == {"kv_pool_tokens": None, "attention_backend": None, "radix_cache": None}
