@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from bench import report_pages, report_plots, report_rows
+from bench import report_pages, report_plots, report_rows, report_tables
 
 
 def main(argv=None) -> int:
@@ -55,6 +55,12 @@ def main(argv=None) -> int:
     notes = os.path.relpath(Path(args.notes).resolve(), out.parent.resolve()) if args.notes else ""
     out.write_text(report_pages.summary(groups, pages, Path(notes).as_posix() if notes else "", bool(args.header),
                                         has_profiles))
+    opened = report_rows.open_loop(Path(args.runs))
+    if opened:  # latency against load, from the open-loop rows (Poisson arrivals)
+        (folder / "open_loop.md").write_text(
+            "# Latency against load\n\nOpen-loop runs (`bench/run.py --request-rate`): Poisson arrivals; each cell "
+            "is median TTFT, median TPOT (ms) and output tokens/s, the median over repetitions (min-max).\n\n"
+            + report_tables.open_loop_table(opened))
     print(out.read_text())
     return 0
 

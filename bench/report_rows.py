@@ -54,8 +54,14 @@ def latest(rows: list[dict], key) -> list[dict]:
     return list(out.values())
 
 
+def open_loop(path: Path) -> list[dict]:
+    """The latest open-loop row (``mode`` "open": Poisson arrivals at ``request_rate``) of each repetition."""
+    return latest([r for r in read_jsonl(path) if r.get("mode") == "open"],
+                  lambda r: (r.get("study", ""), r["shape"], r["workload"], r["request_rate"], r["arm"], r["rep"]))
+
+
 def load(path: Path) -> list[dict]:
-    """The latest row of each repetition of each arm in a runs file, each with ``decode_phase``
+    """The latest closed-loop row of each repetition of each arm in a runs file, each with ``decode_phase``
     (tokens/s) and ``decode_measure`` set.
 
     ``decode_phase`` is, in order of preference:
@@ -72,7 +78,7 @@ def load(path: Path) -> list[dict]:
     The client's measures read the chunks as the client got them: where it reads many streams
     slower than they come, its timings bunch up, and only the log's measure still holds.
     """
-    rows = latest(read_jsonl(path),
+    rows = latest([r for r in read_jsonl(path) if r.get("mode", "closed") == "closed"],
                   lambda r: (r.get("study", ""), r["shape"], r["workload"], r["concurrency"], r["arm"], r["rep"]))
     for r in rows:
         samples = r.get("decode_steps") or []

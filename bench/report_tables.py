@@ -346,3 +346,38 @@ def ablation_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
         vals = [pair(groups[study][0], key, arm, "STD") for arm in ABLATION_ARMS + ("CoRun",)]
         lines.append(f"| {study or '-'} | {key[0]} | {key[1]} | {key[2]} | " + " | ".join(vals) + " |")
     return lines + [""]
+
+
+def open_loop_table(rows: list[dict]) -> str:
+    """Latency against load: per study, shape and workload, a row per request rate and a column per arm
+    of median TTFT / median TPOT (ms) and output tokens/s, each the median over repetitions with its
+    min-max (the report's one statistic). Empty without open-loop rows."""
+    import collections
+    import statistics
+
+    cells = collections.defaultdict(list)
+    for r in rows:
+        cells[(r.get("study", ""), r["shape"], r["workload"], r["request_rate"], r["arm"])].append(r)
+
+    def stat(group, field, fmt):
+        vals = [g[field] for g in group if g.get(field) is not None]
+        if not vals:
+            return "-"
+        return f"{fmt.format(statistics.median(vals))} ({fmt.format(min(vals))}-{fmt.format(max(vals))})"
+
+    out = []
+    for study, shape, workload in sorted({k[:3] for k in cells}):
+        arms = sorted({k[4] for k in cells if k[:3] == (study, shape, workload)})
+        rates = sorted({k[3] for k in cells if k[:3] == (study, shape, workload)})
+        out += [f"### {study + ': ' if study else ''}{shape}, {workload}", "",
+                "| requests/s | " + " | ".join(arms) + " |", "| ---: | " + " | ".join("---" for _ in arms) + " |"]
+        for rate in rates:
+            row = []
+            for arm in arms:
+                group = cells.get((study, shape, workload, rate, arm), [])
+                row.append("-" if not group else (f"TTFT {stat(group, 'median_ttft_ms', '{:.0f}')}, "
+                                                  f"TPOT {stat(group, 'median_tpot_ms', '{:.1f}')}, "
+                                                  f"{stat(group, 'output_throughput', '{:.0f}')} tok/s"))
+            out.append(f"| {rate:g} | " + " | ".join(row) + " |")
+        out.append("")
+    return "\n".join(out)

@@ -71,6 +71,16 @@ ARMS = {
 }
 
 
+def load_of(row: dict):
+    """A row's load: its concurrency (closed loop), or ``rate=R`` (open loop at R requests/s)."""
+    return f"rate={row['request_rate']:g}" if row.get("mode") == "open" else row["concurrency"]
+
+
+def rate_of(load) -> float | None:
+    """The request rate of an open-loop load, None for a concurrency."""
+    return float(load.split("=", 1)[1]) if isinstance(load, str) else None
+
+
 def done_keys(out: Path) -> set[tuple]:
     if not out.exists():
         return set()
@@ -78,7 +88,7 @@ def done_keys(out: Path) -> set[tuple]:
     for line in out.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
-            keys.add((r.get("study", ""), r["shape"], r["workload"], r["concurrency"], r["arm"], r["rep"]))
+            keys.add((r.get("study", ""), r["shape"], r["workload"], load_of(r), r["arm"], r["rep"]))
     return keys
 
 
@@ -134,10 +144,14 @@ def arm_env(specs: list[str], arms: list[str]) -> dict[str, dict[str, str]]:
     return env
 
 
-def requests_for(given: int, concurrency: int) -> int:
-    """Requests per run: ``given``, or 10 per unit of concurrency (at least 300) so that the closed loop
-    spends most of the run in steady state rather than in its first wave and its drain."""
-    return given if given > 0 else max(300, 10 * concurrency)
+def requests_for(given: int, load) -> int:
+    """Requests per run: ``given``, or for a concurrency 10 per unit (at least 300) so that the closed loop
+    spends most of the run in steady state rather than in its first wave and its drain; for a request
+    rate, a minute of arrivals (at least 300)."""
+    if given > 0:
+        return given
+    rate = rate_of(load)
+    return max(300, 10 * load) if rate is None else max(300, int(60 * rate))
 
 
 def warmup_bodies(pairs: list[tuple[int, int]], count: int) -> list[dict]:
@@ -269,6 +283,9 @@ def main(argv=None) -> int:
                         help="requests per run (default: 10 per unit of concurrency, at least 300, so the drain "
                              "is a small share of the run; rows report it as drain_share)")
     parser.add_argument("--concurrency", default="256", help="comma-separated")
+    parser.add_argument("--request-rate", default="",
+                        help="comma-separated requests/s: open-loop runs at Poisson arrivals (as bench_serving "
+                             "--request-rate) instead of --concurrency; their rows carry mode 'open'")
     parser.add_argument("--arms", default="STD,BI,CoRun", help=f"comma-separated, of {', '.join(ARMS)}")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--max-running-requests", type=int, default=256)
@@ -302,7 +319,8 @@ def main(argv=None) -> int:
     extra = arm_args(args.arm_args, arms)
     env = arm_env(args.arm_env, arms)
     names = args.workloads.split(",")
-    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    concurrencies = ([f"rate={float(r):g}" for r in args.request_rate.split(",")] if args.request_rate
+                     else [int(c) for c in args.concurrency.split(",")])
     done = set().union(*(done_reps(Path(p), arms) for p in [out, *args.done]))
     pending = {
         (w, c): [rep for rep in range(args.reps) if (args.study, label, w, c, rep) not in done]
@@ -355,21 +373,26 @@ def main(argv=None) -> int:
             prompts = workloads.prompts(pairs, seed=prompt_seed(w))
             bodies = [client.request(p, o, seed=i) for i, (p, (_, o)) in enumerate(zip(prompts, pairs))]
             server = serve(arm)
+            rate = rate_of(c)
             if args.warmup and server not in warmed:
-                asyncio.run(client.run(server.url, warmup_bodies(pairs, args.warmup), c))
+                asyncio.run(client.run(server.url, warmup_bodies(pairs, args.warmup), c if rate is None else 64))
                 warmed.append(server)
             asyncio.run(client.flush_cache(server.url))
             log_start = server.log.stat().st_size
             cpu = time.process_time()
-            records, duration = asyncio.run(client.run(server.url, bodies, c))
+            if rate is None:
+                records, duration = asyncio.run(client.run(server.url, bodies, c))
+            else:  # the same arrival times for every arm and repetition
+                records, duration = asyncio.run(client.run_open(server.url, bodies, rate, seed=prompt_seed(w)))
             cpu = time.process_time() - cpu
             with open(server.log, errors="replace") as log:
                 log.seek(log_start)
                 share = log.read()
             steps = serverlog.decode_steps(share)
-            wave = serverlog.decode_wave(c, steps)
+            wave = serverlog.decode_wave(c if rate is None else args.max_running_requests, steps)
             row = {
-                "study": args.study, "shape": label, "tp": args.tp_size, "workload": w, "concurrency": c, "arm": arm, "rep": rep,
+                "study": args.study, "shape": label, "tp": args.tp_size, "workload": w, "arm": arm, "rep": rep,
+                **({"concurrency": c} if rate is None else {"mode": "open", "request_rate": rate, "concurrency": None}),
                 "requests": len(bodies), "prompt_seed": prompt_seed(w), "time": time.time(), "host": socket.gethostname(),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_uuid": gpu,
                 "server_command": server.command, **({"server_env": env[arm]} if env[arm] else {}),

@@ -48,3 +48,21 @@ def test_report_covers_the_matrix_cell_by_cell(bench_row):
     assert "| qwen3-8b | fixed-1024-128 | core (1) |" in lines  # repetition 1 ran STD alone
     assert "| qwen3-8b | fixed-4096-2048 | not yet |" in lines and "| qwen3-30b-a3b | sharegpt | not yet |" in lines
     assert len(lines) == 2 + 2 * len(workloads.ALL)
+
+
+def test_open_loop_rows_tabulate_latency_against_load_and_stay_out_of_the_closed_loop_cells(tmp_path):
+    import json
+
+    from bench import report_rows
+
+    rows = [{"study": "s", "shape": "qwen3-8b", "workload": "sharegpt", "arm": arm, "rep": rep, "mode": "open",
+             "request_rate": rate, "concurrency": None, "median_ttft_ms": ttft, "median_tpot_ms": 10.0 + rep,
+             "output_throughput": 1000.0 * rate}
+            for arm, base in (("STD", 50.0), ("CoRun", 80.0)) for rate in (2.0, 8.0) for rep, ttft in
+            enumerate((base, base + 10, base + 20))]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert report_rows.load(path) == [] and len(report_rows.open_loop(path)) == 12
+    text = report_tables.open_loop_table(report_rows.open_loop(path))
+    assert "| requests/s | CoRun | STD |" in text
+    assert "| 8 | TTFT 90 (80-100), TPOT 11.0 (10.0-12.0), 8000 (8000-8000) tok/s | TTFT 60 (50-70)" in text

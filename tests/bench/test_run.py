@@ -262,3 +262,12 @@ def test_the_peers_run_at_their_own_defaults_and_rows_record_what_served():
     info = {"max_total_num_tokens": 512000, "attention_backend": "fa3", "disable_radix_cache": False}
     assert run.served(info) == {"kv_pool_tokens": 512000, "attention_backend": "fa3", "radix_cache": True}
     assert run.served({}) == {"kv_pool_tokens": None, "attention_backend": None, "radix_cache": None}
+
+
+def test_an_open_loop_load_is_a_rate_with_a_minute_of_arrivals():
+    from bench.run import load_of, rate_of, requests_for
+
+    assert rate_of("rate=8") == 8.0 and rate_of(256) is None
+    assert requests_for(0, "rate=8") == 480 and requests_for(0, "rate=1") == 300
+    assert load_of({"mode": "open", "request_rate": 8.0, "concurrency": None}) == "rate=8"
+    assert load_of({"concurrency": 64}) == 64
