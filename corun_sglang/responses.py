@@ -40,6 +40,15 @@ def stamp_meta(meta_info: dict, fingerprint: str | None, seed: int | None) -> di
     return meta_info
 
 
+def complete_logprobs(meta_info: dict) -> dict:
+    """``meta_info`` with ``input_top_logprobs`` None where it holds prompt logprobs but no top logprobs: SGLang
+    0.5.17 writes the key only for top logprobs, yet its OpenAI completions read it whenever ``echo`` asks for
+    logprobs, and fail with a server error on ``logprobs: 0`` without it."""
+    if "input_token_logprobs" in meta_info:
+        meta_info.setdefault("input_top_logprobs", None)
+    return meta_info
+
+
 def stamp_event(event: str, fingerprint: str | None, seeds: Mapping[str, int]) -> str:
     """A server-sent ``data:`` event of an OpenAI stream with ``fingerprint`` on the chunk and, on each choice,
     the seed of the request the chunk comes from (``seeds``: by the chunk's ``id``, SGLang's request id)."""

@@ -17,6 +17,9 @@ mkdir -p "$results"
     python3 -c "import torch, sglang, flashinfer; print('torch', torch.__version__, 'sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"
 } > "$results/host.txt" 2>&1
 corun-sglang apply-patches > "$results/patches.log" 2>&1 || python3 -m corun_sglang.cli apply-patches >> "$results/patches.log" 2>&1
+# Default SGLang's own attention on Hopper is FA3, which the GPU host's wheelhouse brings only with FA3=1:
+# every server runs FlashInfer unless CORUN_SERVER_ARGS says otherwise.
+CORUN_SERVER_ARGS="${CORUN_SERVER_ARGS---attention-backend flashinfer}" \
 CORUN_RESULTS="$results" CORUN_STATIC_GB="${CORUN_STATIC_GB:-40}" PYTHONUNBUFFERED=1 \
     python3 -m pytest -v -rA --durations=0 -p no:cacheprovider \
     ${TESTS:-tests/gpu/test_server.py tests/gpu/test_determinism.py tests/gpu/test_malformed_on_gpu.py} \

@@ -32,3 +32,11 @@ def test_meta_info_and_choice_seeds():
     assert responses.stamp_meta(meta, "fp_x", 9) == {"id": "r", "finish_reason": None, "system_fingerprint": "fp_x",
                                                      "sampling_seed": 9}
     assert responses.choice_seeds([{"meta_info": {"sampling_seed": 1}}, {"meta_info": {}}]) == [1, None]
+
+
+def test_prompt_logprobs_without_top_logprobs_get_an_empty_top_logprobs_key():
+    meta = {"input_token_logprobs": [[None, 1, None]], "output_token_logprobs": []}
+    assert responses.complete_logprobs(meta)["input_top_logprobs"] is None
+    kept = {"input_token_logprobs": [], "input_top_logprobs": [[1.0]]}
+    assert responses.complete_logprobs(kept)["input_top_logprobs"] == [[1.0]]
+    assert "input_top_logprobs" not in responses.complete_logprobs({"output_token_logprobs": []})

@@ -121,6 +121,7 @@ async def stamp_outputs(original, self, obj, *args, **kwargs):
     async for out in original(self, obj, *args, **kwargs):
         if isinstance(out, dict) and isinstance(out.get("meta_info"), dict):
             responses.stamp_meta(out["meta_info"], value, seed)
+            responses.complete_logprobs(out["meta_info"])
         yield out
 
 
