@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 results="$(realpath -m "${1:-results/gpu_check}")"
 mkdir -p "$results"
 {
-    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+    echo "commit: ${CORUN_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"  # CORUN_COMMIT: a copied tree's
     nvidia-smi --query-gpu=name,memory.total,uuid,driver_version --format=csv,noheader
     python3 -c "import torch, sglang, flashinfer; print('torch', torch.__version__, 'sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"
 } > "$results/host.txt" 2>&1
