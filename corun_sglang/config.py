@@ -265,11 +265,20 @@ REFUSALS: tuple[Refusal, ...] = (
         "remove the --speculative-* options",
     ),
     Refusal(
-        "--enable-dp-attention / --dp-size",
-        lambda a: bool(a.enable_dp_attention) or (a.dp_size or 1) > 1,
-        "data-parallel attention redistributes requests across ranks, so a request's "
-        "batch depends on the other requests",
-        "remove --enable-dp-attention and use --dp-size 1 (run independent servers instead)",
+        "--enable-dp-attention",
+        lambda a: bool(a.enable_dp_attention),
+        "data-parallel attention runs the MLP of every rank's requests as one batch, so a request's "
+        "shapes depend on the requests of the other ranks",
+        "remove --enable-dp-attention; for more throughput, run identical --corun replicas behind "
+        "SGLang's router (docs/deployment.md)",
+    ),
+    Refusal(
+        "--dp-size",
+        lambda a: (a.dp_size or 1) > 1,
+        "SGLang's data-parallel controller (one scheduler per rank behind one server) has not run under "
+        "--corun on a GPU: its calibration, records and contract stops are verified for one scheduler",
+        "use --dp-size 1 and run identical --corun replicas, one per GPU or TP group, behind SGLang's "
+        "router (docs/deployment.md)",
     ),
     Refusal(
         "--disaggregation-mode",
