@@ -97,7 +97,7 @@ class Server:
 
     def __init__(self, model_path: str, args: list[str], log: Path, timeout: float = 600,
                  skip_tokenizer_init: bool = True, static_gb: float | None = None,
-                 env: Mapping[str, str] | None = None):
+                 env: Mapping[str, str] | None = None, port: int | None = None):
         import httpx
 
         from corun_sglang.tools.synthetic import SEED_ENV
@@ -105,7 +105,7 @@ class Server:
         if static_gb is not None and "--mem-fraction-static" not in args:
             free = settled_free_gpu_gb(static_gb / STATIC_SHARE)
             args = [*args, "--mem-fraction-static", str(static_fraction(static_gb, free))]
-        self.port = _free_port()
+        self.port = port or _free_port()  # a given port: a server restarted where a router expects it
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, **(env or {})}  # the server's processes inherit it
         if weightless(model_path) and "--load-format" not in args:
