@@ -85,9 +85,15 @@ def send(url: str, items: list[Item], concurrent: bool = True) -> list[Sent]:
 
 
 def generate(url: str, requests: list[dict], concurrent: bool = True) -> list[Generation]:
-    """The generations of ``requests`` in request order (for tests that need no evidence rows)."""
+    """The generations of ``requests`` in request order (for tests that need no evidence rows). Every one
+    must be whole (``evidence.whole``): a failed or cut-short request raises, so two missing outputs can
+    never compare equal."""
+    from corun_sglang.tools.evidence import whole
+
     sents = send(url, [Item(str(i), "run", "compared", r) for i, r in enumerate(requests)], concurrent)
-    return [s.generation or Generation((), ()) for s in sents]
+    broken = [f"request {s.key}: {why}" for s in sents if (why := whole(s.generation, s.params))]
+    assert not broken, "; ".join(broken[:10])
+    return [s.generation for s in sents]
 
 
 def compare(reference: list[Generation], other: list[Generation]) -> list[int | None]:

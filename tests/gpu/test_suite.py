@@ -41,6 +41,7 @@ import json
 import os
 import random
 import threading
+import uuid
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -48,7 +49,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corun_sglang.tools import evidence, generate
+from corun_sglang.tools import evidence, generate, loads
 from corun_sglang.tools.loads import LoadProbe
 
 import harness
@@ -155,10 +156,10 @@ def intended(total: int, n: int) -> int:
 
 
 class Lane:
-    """One arm's server as a scenario sees it: sends with the arm's bodies, a probe of its running count."""
+    """One arm's server as a scenario sees it: sends with the arm's bodies, claims overlap out of its N."""
 
-    def __init__(self, arm: str, url: str, n: int, probe: LoadProbe):
-        self.arm, self.url, self.n, self.probe = arm, url, n, probe
+    def __init__(self, arm: str, url: str, n: int):
+        self.arm, self.url, self.n = arm, url, n
 
     def body(self, body: dict) -> dict:
         return BODY.get(self.arm, lambda b: b)(body)
@@ -174,29 +175,36 @@ class Lane:
         return harness.send(self.url, items)
 
 
+def _probed(arms: Arms, arm: str, plan):
+    """``plan(lane)`` on one arm's server while a ``LoadProbe`` reads its running count: (sends, probe)."""
+    server = arms.servers[arm]
+    with LoadProbe(server.url) as probe:
+        return plan(Lane(arm, server.url, arms.n[arm])), probe
+
+
+def _judge(arms: Arms, arm: str, scenario: str, sents, probe, more=(), references=None, **extra) -> list[str]:
+    """One arm's rows written (``requests.jsonl``, ``suite.jsonl``) and its problems (none for an arm reported
+    only, whose findings go into its row); ``more(row)`` adds problems of the scenario's own."""
+    judged = evidence.judge(arms.label, arm, scenario, sents, lambda s: probe.during(s.start, s.end),
+                            references=references, tp=TP, probe_failures=probe.failures, **extra)
+    found = judged.problems + list(more(judged.row) if callable(more) else more) + _verdict(arm, scenario, judged.row)
+    if arm in REPORTED_ONLY:  # its findings are data, not failures
+        judged.row["problems"], found = found, []
+    config = " ".join(ARMS[arm])
+    _write("requests.jsonl", [dict(r, config=config) for r in judged.requests])
+    _write("suite.jsonl", [dict(judged.row, config=config)])
+    return [f"{arm}: {p}" for p in found]
+
+
 def _across_arms(arms: Arms, scenario: str, plan, check=None, **extra):
     """``plan(lane)`` on every arm at once, judged per arm; ``check(arm, sents, row)`` adds problems."""
-
-    def run(arm, server):
-        with LoadProbe(server.url) as probe:
-            return plan(Lane(arm, server.url, arms.n[arm], probe)), probe
-
     with ThreadPoolExecutor(len(arms.servers)) as pool:
-        futures = {arm: pool.submit(run, arm, server) for arm, server in arms.servers.items()}
+        futures = {arm: pool.submit(_probed, arms, arm, plan) for arm in arms.servers}
     problems = []
     for arm, future in futures.items():
         sents, probe = future.result()
-        judged = evidence.judge(arms.label, arm, scenario, sents, lambda s: probe.during(s.start, s.end),
-                                tp=TP, probe_failures=probe.failures, **extra)
-        more = check(arm, sents, judged.row) if check else []
-        config = " ".join(ARMS[arm])
-        found = judged.problems + list(more or []) + _verdict(arm, scenario, judged.row)
-        if arm in REPORTED_ONLY:  # its findings are data, not failures
-            judged.row["problems"] = found
-        else:
-            problems += [f"{arm}: {p}" for p in found]
-        _write("requests.jsonl", [dict(r, config=config) for r in judged.requests])
-        _write("suite.jsonl", [dict(judged.row, config=config)])
+        more = (lambda row, a=arm, s=sents: check(a, s, row) or []) if check else ()
+        problems += _judge(arms, arm, scenario, sents, probe, more, **extra)
     assert not problems, "\n".join(problems)
 
 
@@ -340,6 +348,14 @@ def test_m_parallel_samples_among_co_runners(arms):
     _across_arms(arms, "m", _alone_then_among([group], trials))
 
 
+def _running(url: str) -> int:
+    """The server's running-request count (``/v1/loads``), 0 when it does not answer."""
+    try:
+        return loads.parse(httpx.get(url + "/v1/loads", params={"include": "core"}, timeout=10).json(), 0.0).running
+    except (httpx.HTTPError, KeyError, ValueError):
+        return 0
+
+
 def test_h_aborted_co_runners_do_not_change_the_needles(arms):
     needles = _needles(arms, 2, 90, 96, 0.8, 200, 200)
     others = _fillers(arms, 62, 91, 512)
@@ -347,12 +363,16 @@ def test_h_aborted_co_runners_do_not_change_the_needles(arms):
     def plan(lane):
         ref, null = _solo(needles)
         out = lane.alone(ref + null)
-        tag = lane.url.rsplit(":", 1)[1]
+        tag, run_id = lane.url.rsplit(":", 1)[1], uuid.uuid4().hex[:8]  # rids unique to this run
         mine = [dataclasses.replace(o, run="crowd", role="aborted" if k % 2 == 0 else "corunner",
-                                    body={**o.body, "rid": f"abort-{tag}-{k}"}) for k, o in enumerate(others)]
+                                    body={**o.body, "rid": f"abort-{tag}-{k}-{run_id}"}) for k, o in enumerate(others)]
 
         def abort_later():
-            time.sleep(1.0)
+            # abort once the server itself runs half the batch, so the aborts meet running requests
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and _running(lane.url) < len(mine) // 2:
+                time.sleep(0.05)
+            time.sleep(0.5)
             for o in mine[::2]:
                 httpx.post(lane.url + "/abort_request", json={"rid": o.body["rid"]}, timeout=30)
 
@@ -394,27 +414,21 @@ def test_j_moe_padding_rows_skip_the_experts_without_changing_a_bit(arms):
     needles = _needles(arms, 4, 120, 64, 0.8)
     crowds = [_fillers(arms, n, 121 + n, 96) for n in (1, 15, 100, 255)]
 
-    def run(arm):
-        with LoadProbe(arms.servers[arm].url) as probe:
-            lane = Lane(arm, arms.servers[arm].url, arms.n[arm], probe)
-            ref, _ = _solo(needles, 0)
-            out = lane.alone(ref)
-            for k, (needle, others) in enumerate(zip(needles, crowds)):
-                out += _among(lane, [needle], others, f"crowd{k}")
-        return out, probe
+    def plan(lane):
+        ref, _ = _solo(needles, 0)
+        out = lane.alone(ref)
+        for k, (needle, others) in enumerate(zip(needles, crowds)):
+            out += _among(lane, [needle], others, f"crowd{k}")
+        return out
 
     with ThreadPoolExecutor(2) as pool:
-        (corun, corun_probe), (compute, compute_probe) = pool.map(run, ["corun", "corun-moe-compute"])
+        (corun, corun_probe), (compute, compute_probe) = pool.map(
+            lambda arm: _probed(arms, arm, plan), ["corun", "corun-moe-compute"])
     references = {s.key: s for s in corun if s.role == "reference"}
     cross = [dataclasses.replace(s, role="compared", run=f"{s.run}-vs-corun", reference_arm="corun", intended=0)
              for s in compute if s.role in ("reference", "compared")]
-    problems = []
-    for arm, sents, probe in (("corun", corun, corun_probe), ("corun-moe-compute", cross, compute_probe)):
-        judged = evidence.judge(arms.label, arm, "j", sents, lambda s, p=probe: p.during(s.start, s.end),
-                                references=references, tp=TP)
-        _write("requests.jsonl", [dict(r, config=" ".join(ARMS[arm])) for r in judged.requests])
-        _write("suite.jsonl", [dict(judged.row, config=" ".join(ARMS[arm]))])
-        problems += judged.problems + _verdict(arm, "j", judged.row)
+    problems = _judge(arms, "corun", "j", corun, corun_probe)
+    problems += _judge(arms, "corun-moe-compute", "j", cross, compute_probe, references=references)
     assert not problems, "\n".join(problems)
 
 
