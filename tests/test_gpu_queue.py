@@ -1,0 +1,96 @@
+"""``scripts/gpu_queue.py``: chunks load strictly, pending follows the runtime, staging fits the carry limit."""
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_queue.py"
+spec = importlib.util.spec_from_file_location("gpu_queue", SCRIPT)
+queue = importlib.util.module_from_spec(spec)
+sys.modules["gpu_queue"] = queue  # dataclasses resolve their module by name
+spec.loader.exec_module(queue)
+
+
+def _chunk(id="c", evidence="runtime", **kw):
+    return queue.Chunk(id=id, title=id, command="true", minutes=kw.pop("minutes", 1), evidence=evidence, **kw)
+
+
+def test_the_committed_queue_loads_and_every_chunk_fits_one_call():
+    chunks = queue.load()
+    assert chunks and all(c.minutes <= 8 for c in chunks)
+    assert len({c.id for c in chunks}) == len(chunks)
+
+
+@pytest.mark.parametrize("entry, message", [
+    ('minutes = 9', "over the 8"),
+    ('minutes = 1\nneeds = ["tpu"]', "unknown"),
+    ('minutes = 1\nevidence = "maybe"', "evidence"),
+    ('minutes = 1\nwhen = "now"', "unknown keys"),
+])
+def test_a_malformed_chunk_is_refused_by_name(tmp_path, entry, message):
+    path = tmp_path / "q.toml"
+    path.write_text(f'[[chunk]]\nid = "x"\ntitle = "t"\ncommand = "true"\n{entry}\n')
+    with pytest.raises(ValueError, match=message):
+        queue.load(path)
+
+
+def test_a_runtime_chunk_goes_stale_when_the_runtime_changes_and_a_stock_one_does_not():
+    done = {"rc": 0, "runtime": "old"}
+    assert queue.verdict(_chunk(), done, "old") == "current"
+    assert queue.verdict(_chunk(), done, "new") == "stale"
+    assert queue.verdict(_chunk(evidence="stock"), done, "new") == "current"
+    assert queue.verdict(_chunk(), {"rc": 124, "timed_out": True, "runtime": "new"}, "new") == "pending"
+    assert queue.verdict(_chunk(), None, "new") == "pending"
+
+
+def test_pending_keeps_queue_order_and_says_why():
+    chunks = [_chunk("a"), _chunk("b"), _chunk("c"), _chunk("d", evidence="stock")]
+    records = {"a": {"rc": 0, "runtime": "r1"}, "b": None, "c": {"rc": 124, "timed_out": True, "runtime": "r2"},
+               "d": {"rc": 0, "runtime": "r0"}}
+    out = queue.pending(chunks, records, "r2")
+    assert [c.id for c, _ in out] == ["a", "b", "c"]
+    assert "stale" in out[0][1] and out[1][1] == "never ran" and "cut" in out[2][1]
+
+
+def test_plan_calls_uses_the_fewest_calls_and_splits_only_what_does_not_fit(tmp_path):
+    sizes = [45, 44, 30, 12, 12, 3]
+    files = [(tmp_path / f"f{i}", "", s) for i, s in enumerate(sizes)]
+    calls = queue.plan_calls(files, capacity=50)
+    assert len(calls) == math.ceil(sum(sizes) / 50)
+    assert all(sum(p.size for p in call) <= 50 for call in calls)
+    carried = {}
+    for call in calls:
+        for p in call:
+            carried.setdefault(p.source.name, []).append(p)
+    assert {k: sum(p.size for p in v) for k, v in carried.items()} == {f"f{i}": s for i, s in enumerate(sizes)}
+    split = [k for k, v in carried.items() if len(v) > 1]
+    assert all(p.index is not None for k in split for p in carried[k])
+    assert all(p.index is None for k, v in carried.items() if k not in split for p in v)
+
+
+def test_pieces_join_back_to_the_same_bytes(tmp_path):
+    data = bytes(range(256)) * 1000
+    src = tmp_path / "w.whl"
+    src.write_bytes(data)
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    (_, _, size), = [(src, "", len(data))]
+    for call in queue.plan_calls([(src, "", size), (tmp_path / "other", "", 90_000)], capacity=100_000):
+        for p in call:
+            if p.source == src:
+                (stage / p.name).write_bytes(data[p.offset:p.offset + p.size])
+    assert queue.join_pieces(stage) == ["w.whl"]
+    assert (stage / "w.whl").read_bytes() == data and not list(stage.glob("*.piece*"))
+
+
+def test_the_page_lists_every_chunk_with_its_state():
+    chunks = [_chunk("a"), _chunk("b"), _chunk("c")]
+    records = {"a": {"rc": 0, "runtime": "r", "commit": "abcdef123", "gpu": "NVIDIA H200, 1", "wall_s": 300},
+               "b": {"rc": 0, "runtime": "old", "commit": "0123456", "gpu": "NVIDIA H100", "wall_s": 60}, "c": None}
+    text = queue.page(chunks, records, "r")
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [r.split(" | ")[2] for r in rows] == ["current", "stale", "pending"]
+    assert "abcdef1" in rows[0] and "5.0 min" in rows[0] and "est." in rows[2]
