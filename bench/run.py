@@ -288,6 +288,8 @@ def main(argv=None) -> int:
                              "--request-rate) instead of --concurrency; their rows carry mode 'open'")
     parser.add_argument("--arms", default="STD,BI,CoRun", help=f"comma-separated, of {', '.join(ARMS)}")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--rep", type=int, help="run only this repetition (0-based) of --reps: one GPU queue "
+                        "chunk per repetition, each pairing every arm on one host")
     parser.add_argument("--max-running-requests", type=int, default=256)
     parser.add_argument("--static-gb", type=float, default=38.0,
                         help="static GPU memory (weights + KV pool) per server, GiB")
@@ -323,7 +325,8 @@ def main(argv=None) -> int:
                      else [int(c) for c in args.concurrency.split(",")])
     done = set().union(*(done_reps(Path(p), arms) for p in [out, *args.done]))
     pending = {
-        (w, c): [rep for rep in range(args.reps) if (args.study, label, w, c, rep) not in done]
+        (w, c): [rep for rep in (range(args.reps) if args.rep is None else [args.rep])
+                 if (args.study, label, w, c, rep) not in done]
         for w in names for c in concurrencies
     }
     todo = plan(pending, arms, args.reps, args.one_at_a_time)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
 import os
 import shutil
@@ -55,7 +56,7 @@ EXEC_LIMIT_S = 560
 #: Where the host keeps the staged wheelhouse and the installed site-packages.
 STAGE, SITE = "/tmp/stage", "/tmp/site"
 RUNTIME_PATHS = ("corun_sglang", "patches")
-NEEDS = ("smollm2", "fa3")
+NEEDS = ("smollm2", "fa3", "router")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,6 +283,11 @@ def host_facts() -> dict:
                              "torch.__version__, 'sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"])}
 
 
+def _entries(cache: Path) -> dict[str, float]:
+    """The calibration cache's whole entries (``calibration.json`` written last) and when each was written."""
+    return {p.parent.name: p.stat().st_mtime for p in cache.glob("*/calibration.json")}
+
+
 def execute(chunk: Chunk, commit: str, runtime: str, out: Path, limit_s: int = EXEC_LIMIT_S) -> int:
     """Runs ``chunk`` on this host into its folder, then archives the folder into ``out``, whatever happened."""
     folder = Path("/tmp/chunks") / chunk.id
@@ -291,7 +297,7 @@ def execute(chunk: Chunk, commit: str, runtime: str, out: Path, limit_s: int = E
     cache = Path(host_env()["CORUN_SGLANG_CACHE"]) / "calibration"
     if CALIBRATION.is_dir():
         shutil.copytree(CALIBRATION, cache, dirs_exist_ok=True)
-    before = {p.name for p in cache.iterdir()} if cache.is_dir() else set()
+    before = _entries(cache)
     record = {"id": chunk.id, "commit": commit, "runtime": runtime, "command": chunk.command,
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **host_facts()}
     env = {**host_env(), "R": str(folder)}
@@ -307,10 +313,9 @@ def execute(chunk: Chunk, commit: str, runtime: str, out: Path, limit_s: int = E
             except subprocess.TimeoutExpired:
                 record.update(rc=124, timed_out=True)
     record["wall_s"] = round(time.monotonic() - start, 1)
-    added = sorted({p.name for p in cache.iterdir()} - before) if cache.is_dir() else []
+    added = sorted(name for name, stamp in _entries(cache).items() if before.get(name) != stamp)
     for name in added:
-        if (cache / name).is_dir():
-            shutil.copytree(cache / name, folder / "calibration" / name)
+        shutil.copytree(cache / name, folder / "calibration" / name)
     record["calibration_added"] = added
     (folder / "chunk.json").write_text(json.dumps(record, indent=1) + "\n")
     out.mkdir(parents=True, exist_ok=True)
@@ -333,9 +338,14 @@ def ingest(chunk: Chunk, files_at: Path) -> dict:
     chunk.folder.mkdir(parents=True)
     with tarfile.open(archive) as tar:
         tar.extractall(chunk.folder, filter="data")
-    for entry in (chunk.folder / "calibration").glob("*") if (chunk.folder / "calibration").is_dir() else ():
-        if not (CALIBRATION / entry.name).exists():
-            shutil.copytree(entry, CALIBRATION / entry.name)
+    for log in chunk.folder.rglob("*.log"):  # server logs are long and repetitive: kept gzipped
+        with open(log, "rb") as src, gzip.open(log.with_suffix(".log.gz"), "wb", compresslevel=9) as dst:
+            shutil.copyfileobj(src, dst)
+        log.unlink()
+    for entry in sorted((chunk.folder / "calibration").glob("*/calibration.json")):
+        if (CALIBRATION / entry.parent.name).exists():  # calibrated again (force): the newer entry wins
+            shutil.rmtree(CALIBRATION / entry.parent.name)
+        shutil.copytree(entry.parent, CALIBRATION / entry.parent.name)
     return json.loads((chunk.folder / "chunk.json").read_text())
 
 

@@ -61,6 +61,21 @@ def test_arm_env_reaches_only_the_arm_named():
             run.arm_env([bad], ["STD", "CoRun-tiers"])
 
 
+def test_rep_runs_that_one_repetition_of_every_arm(tmp_path, monkeypatch, stand_in_server):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    (tmp_path / "ckpt" / "tokenizer.json").write_text("{}")
+    out = tmp_path / "runs.jsonl"
+    argv = ["--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--logs", str(tmp_path / "logs"),
+            "--workloads", "fixed-1024-128", "--requests", "2", "--concurrency", "2", "--reps", "3", "--rep", "2",
+            "--arms", "STD,CoRun", "--max-total-tokens", "5000", "--study", "s1", "--warmup", "2"]
+    monkeypatch.setattr(workloads, "lengths", lambda name, n: [(8, 3)] * n)
+    assert run.main(argv) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["arm"], r["rep"]) for r in rows) == [("CoRun", 2), ("STD", 2)]
+    assert run.main(argv) == 0 and len(out.read_text().splitlines()) == 2  # done: not run again
+
+
 @pytest.mark.parametrize("one_at_a_time", [False, True])
 def test_run_writes_every_row_once_and_resumes(tmp_path, monkeypatch, one_at_a_time, stand_in_server):
     monkeypatch.setattr(stand_in_server, "one_at_a_time", one_at_a_time)
