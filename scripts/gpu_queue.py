@@ -369,6 +369,22 @@ def page(chunks: list[Chunk], records: dict[str, dict | None], runtime: str) -> 
     return "\n".join(lines) + "\n"
 
 
+def regenerate() -> None:
+    """The pages recounted from every chunk committed so far: the determinism report from the suite chunks'
+    per-request rows, the benchmarks v2 summary from their runs."""
+    suite = RESULTS / "suite"
+    if list(suite.rglob("requests.jsonl")):
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "determinism_report.py"), str(suite),
+                        "--out", str(RESULTS / "determinism.md"), "--command", "scripts/gpu_queue.py (suite chunks)",
+                        "--title", "Determinism suite (GPU queue chunks)"], cwd=ROOT, check=False)
+    runs = sorted((RESULTS / "bench" / "v2").glob("*/runs.jsonl"))
+    if runs:
+        merged = RESULTS / "bench" / "v2" / "runs.jsonl"
+        merged.write_text("".join(r.read_text() for r in runs))
+        subprocess.run([sys.executable, "-m", "bench.report", str(merged), "--out", str(RESULTS / "benchmarks_v2.md"),
+                        "--plots", str(RESULTS / "bench" / "v2")], cwd=ROOT, check=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -387,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("id")
     p.add_argument("--commit", required=True)
     p.add_argument("--runtime", required=True)
+    p.add_argument("--limit-s", type=int, default=EXEC_LIMIT_S, help="cut the chunk after this many seconds")
     p = sub.add_parser("ingest")
     p.add_argument("id")
     p.add_argument("files_at")
@@ -397,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "id", None) and args.id not in by_id:
         parser.error(f"no chunk {args.id!r}; the queue holds {', '.join(by_id)}")
     if args.verb == "exec":
-        return execute(by_id[args.id], args.commit, args.runtime, Path(os.environ.get("OUT", "/tmp/out")))
+        return execute(by_id[args.id], args.commit, args.runtime, Path(os.environ.get("OUT", "/tmp/out")),
+                       args.limit_s)
     if args.verb == "install":
         return install(args.fa3)
     runtime = runtime_hash()
@@ -416,8 +434,10 @@ def main(argv: list[str] | None = None) -> int:
         record = ingest(by_id[args.id], Path(args.files_at))
         print(json.dumps(record, indent=1))
         PAGE.write_text(page(chunks, {**records, args.id: record}, runtime))
+        regenerate()
     elif args.verb == "page":
         PAGE.write_text(page(chunks, records, runtime))
+        regenerate()
     return 0
 
 
