@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Results pages drawn from GPU queue chunks: the demo (``demo.md``) and calibration (``calibration.md``).
+
+usage: scripts/result_pages.py [RESULTS_DIR]      (default docs/results; ``scripts/gpu_queue.py`` runs it)
+
+Invariants: each page is a pure function of the committed files it names (``demo``: the demo chunk's
+``demo.json`` and ``chunk.json``; ``calibration``: every ``calibration.json`` under ``calibration/`` and the
+``first_start.json`` of every ``calibrate-*`` chunk); a page whose data is absent is not written.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _record(folder: Path) -> dict:
+    path = folder / "chunk.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _where(record: dict) -> str:
+    gpu = (record.get("gpu") or "unknown GPU").split(",")
+    return (f"{gpu[0].strip()}{f' (`{gpu[2].strip()}`)' if len(gpu) > 2 else ''}, {record.get('software') or ''}, "
+            f"commit {(record.get('commit') or '?')[:7]}, runtime `{record.get('runtime', '?')}`, "
+            f"{record.get('started', '')}")
+
+
+def demo_page(folder: Path) -> str | None:
+    """``demo.md``: the demo's side-by-side table and verdicts, from ``folder``/demo.json."""
+    path = folder / "demo.json"
+    if not path.is_file():
+        return None
+    sys.path.insert(0, str(ROOT))
+    from corun_sglang import demo
+
+    data = json.loads(path.read_text())
+    arms = {name: [demo.Row(**row) for row in arm["rows"]] for name, arm in data["arms"].items()}
+    settings = data.get("settings", {})
+    concurrency = int(settings.get("concurrency", 256))
+    lines = ["# `corun-sglang demo`", "",
+             "SmolLM2-135M-Instruct served through SGLang's chat endpoint, under `--corun` (its first start "
+             "calibrated, or served the committed calibration) and as default SGLang (radix cache off, FlashInfer, "
+             "greedy): each prompt alone, then among concurrent co-runners. A prompt keeps its result when its "
+             "tokens and the bits of its logprobs are the same.", "",
+             f"Ran as GPU queue chunk `demo-smollm2` ([queue/demo-smollm2/](queue/demo-smollm2/)): {_where(_record(folder))}.",
+             "", "    corun-sglang demo --out demo.json", "", "```", demo.render(arms, concurrency), "```", ""]
+    for name, arm in data["arms"].items():
+        lines.append(f"- {demo.ARM_TITLES.get(name, name)}: `{' '.join(arm.get('command') or [])}`")
+    return "\n".join(lines) + "\n"
+
+
+def calibration_page(results: Path) -> str | None:
+    """``calibration.md``: every committed calibration entry, and every measured first start."""
+    entries = sorted((results / "calibration").glob("*/calibration.json"))
+    starts = sorted(results.glob("queue/calibrate-*/first_start.json"))
+    if not entries and not starts:
+        return None
+    lines = ["# Calibration", "",
+             "What `--corun`'s first start verified and cached, and what a first start costs. The cache "
+             "(`docs/results/calibration/`, one folder per key) is what GPU queue chunks serve: every `--corun` "
+             "server of a chunk reads it, and a chunk files the entries it writes there.", ""]
+    if starts:
+        lines += ["## First starts measured", "",
+                  "| chunk | shape | options | first start (s) | probes (s) | tiers | pack | later start (s) | where |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for path in starts:
+            r = json.loads(path.read_text())
+            first, later = r.get("first", {}), r.get("later", {})
+            cal = first.get("calibration") or {}
+            lines.append(f"| {path.parent.name} | {r.get('shape')} | `{r.get('server_args')}` | "
+                         f"{first.get('seconds', first.get('error', '?'))} | {cal.get('seconds')} | {cal.get('tiers')} | "
+                         f"{cal.get('pack')} | {later.get('seconds', '-')} | {_where(_record(path.parent))} |")
+        lines.append("")
+    if entries:
+        lines += ["## Cached entries", "",
+                  "| key | GPU | N | options | tiers | pack | probes (s) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for path in entries:
+            e = json.loads(path.read_text())
+            parts = e.get("parts", {})
+            lines.append(f"| [{e.get('key')}](calibration/{path.parent.name}/) | {parts.get('gpu')} | {parts.get('n')} | "
+                         f"`{' '.join(parts.get('flags') or []) or '-'}` | {e.get('tiers')} | {e.get('pack')} | "
+                         f"{e.get('seconds')} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write(results: Path) -> list[str]:
+    """Writes the pages whose data is committed; returns their names."""
+    written = []
+    for name, text in (("demo.md", demo_page(results / "queue" / "demo-smollm2")),
+                       ("calibration.md", calibration_page(results))):
+        if text is not None:
+            (results / name).write_text(text)
+            written.append(name)
+    return written
+
+
+if __name__ == "__main__":
+    print(", ".join(write(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "results")) or "no pages")
