@@ -2,6 +2,7 @@
 
 import importlib.util
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -94,3 +95,41 @@ def test_the_page_lists_every_chunk_with_its_state():
     rows = [line for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [r.split(" | ")[2] for r in rows] == ["current", "stale", "pending"]
     assert "abcdef1" in rows[0] and "5.0 min" in rows[0] and "est." in rows[2]
+
+
+def test_stage_writes_calls_that_fit_and_the_last_installs(tmp_path, monkeypatch):
+    monkeypatch.setattr(queue, "ROOT", tmp_path)
+    monkeypatch.setattr(queue, "tree_bytes", lambda: 1000)
+    monkeypatch.setattr(queue, "CALL_BYTES", 11_000)
+    gpu = tmp_path / ".gpu"
+    for folder, name, size in (("part1", "a.whl", 9000), ("part2", "b.whl", 7000), ("fa3/part1", "flash_ops.zst.00", 6000),
+                               ("smollm2", "m.whl", 4000), ("bin", "install.sh", 100)):
+        (gpu / folder).mkdir(parents=True, exist_ok=True)
+        (gpu / folder / name).write_bytes(bytes(size))
+    calls = queue.stage(gpu, fa3=True, smollm2=True)
+    sizes = [sum(f.stat().st_size for f in (tmp_path / c["carry"][0]).rglob("*") if f.is_file()) for c in calls]
+    assert len(calls) == math.ceil((9000 + 7000 + 6000 + 4000 + 100) / 10_000) and max(sizes) <= 10_000
+    assert all(c["command"].startswith("mkdir -p /tmp/stage/fa3 && cp -r ") for c in calls)
+    assert calls[-1]["command"].endswith("python3 scripts/gpu_queue.py install --fa3")
+    assert not any("install" in c["command"] for c in calls[:-1])
+    staged = tmp_path / "stage"
+    for c in calls:
+        shutil.copytree(tmp_path / c["carry"][0], staged, dirs_exist_ok=True)
+    queue.join_pieces(staged)
+    assert sorted(str(p.relative_to(staged)) for p in staged.rglob("*") if p.is_file()) == [
+        "a.whl", "b.whl", "bin/install.sh", "fa3/flash_ops.zst.00", "m.whl"]
+    assert (staged / "a.whl").stat().st_size == 9000
+
+
+def test_pages_take_the_worst_state_of_their_chunks_and_replace_only_the_marked_block():
+    chunks = [queue.Chunk("a", "a", "true", 1, page="p.md"), queue.Chunk("b", "b", "true", 1, page="p.md"),
+              queue.Chunk("c", "c", "true", 1, page="q.md"), queue.Chunk("d", "d", "true", 1, page="r.md")]
+    records = {"a": {"rc": 0, "runtime": "r", "commit": "1111111x"}, "b": {"rc": 0, "runtime": "old", "commit": "2222222"},
+               "c": None, "d": {"rc": 0, "runtime": "r", "commit": "3333333"}}
+    table = queue.pages(chunks, records, "r")
+    rows = {line.split(" | ")[0].strip("| []").split("]")[0]: line for line in table.splitlines()[2:]}
+    assert " stale " in rows["p.md"] and "1 / 1 / 0" in rows["p.md"] and "1111111, 2222222" in rows["p.md"]
+    assert " pending " in rows["q.md"] and " current " in rows["r.md"]
+    readme = f"intro\n{queue.BEGIN}\nold table\n{queue.END}\nrest\n"
+    assert queue.with_pages(readme, "new\n") == f"intro\n{queue.BEGIN}\nnew\n{queue.END}\nrest\n"
+    assert queue.with_pages("no markers\n", "new\n") == "no markers\n"

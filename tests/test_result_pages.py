@@ -1,0 +1,53 @@
+"""``scripts/result_pages.py``: the demo and calibration pages are drawn from the committed files alone."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from corun_sglang import demo
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "result_pages.py"
+spec = importlib.util.spec_from_file_location("result_pages", SCRIPT)
+pages = importlib.util.module_from_spec(spec)
+sys.modules["result_pages"] = pages
+spec.loader.exec_module(pages)
+
+
+def _row(prompt, first):
+    return demo.Row(prompt=prompt, sampling="greedy", text_alone="a", text_among="a" if first is None else "b",
+                    steps=4, tokens_identical=first is None, logprob_bits_identical=first is None,
+                    first_divergence=first)
+
+
+def test_the_demo_page_renders_every_arm_from_demo_json(tmp_path):
+    folder = tmp_path / "queue" / "demo-smollm2"
+    folder.mkdir(parents=True)
+    arms = {demo.CORUN: [_row("p1", None), _row("p2", None)], demo.DEFAULT: [_row("p1", 3), _row("p2", None)]}
+    data = demo.to_json(arms, {"concurrency": 256}, {demo.CORUN: ["python", "--corun"], demo.DEFAULT: ["python"]})
+    (folder / "demo.json").write_text(json.dumps(data))
+    (folder / "chunk.json").write_text(json.dumps({"gpu": "NVIDIA H200, 1 MiB, GPU-x, 580", "commit": "abcdef12345",
+                                                   "runtime": "r1", "software": "torch", "started": "t"}))
+    assert pages.write(tmp_path) == ["demo.md"]
+    text = (tmp_path / "demo.md").read_text()
+    assert "--corun: 2 of 2 prompts identical" in text and "default SGLang: 1 of 2 prompts identical" in text
+    assert "abcdef1" in text and "`GPU-x`" in text and "`python --corun`" in text
+
+
+def test_the_calibration_page_lists_entries_and_first_starts(tmp_path):
+    entry = tmp_path / "calibration" / "k1"
+    entry.mkdir(parents=True)
+    (entry / "calibration.json").write_text(json.dumps({"key": "k1", "tiers": [64], "pack": 1024, "seconds": 12.5,
+                                                        "parts": {"gpu": "NVIDIA H100", "n": 256, "flags": ["--x"]}}))
+    start = tmp_path / "queue" / "calibrate-s"
+    start.mkdir(parents=True)
+    (start / "first_start.json").write_text(json.dumps({"shape": "s", "server_args": "--x", "first": {
+        "seconds": 200.0, "calibration": {"seconds": 150.0, "tiers": [64], "pack": 1024}}, "later": {"seconds": 40.0}}))
+    assert pages.write(tmp_path) == ["calibration.md"]
+    text = (tmp_path / "calibration.md").read_text()
+    assert "| calibrate-s | s | `--x` | 200.0 | 150.0 | [64] | 1024 | 40.0 |" in text
+    assert "[k1](calibration/k1/) | NVIDIA H100 | 256 | `--x` | [64] | 1024 | 12.5 |" in text
+
+
+def test_no_data_no_page(tmp_path):
+    assert pages.write(tmp_path) == [] and not list(tmp_path.iterdir())
