@@ -11,6 +11,9 @@ usage (here, in the repository root):
     scripts/gpu_queue.py ingest ID FILES_AT       files what came back under the chunk's results folder
     scripts/gpu_queue.py page                     rewrites docs/results/queue.md (every chunk: current,
                                                   stale or pending)
+    scripts/gpu_queue.py local PATTERN...         on a GPU host with the project installed and time to spare:
+                                                  runs the pending chunks whose ids match (fnmatch), in
+                                                  order, each exec then ingest
 on the GPU host (what ``call`` prints runs this):
     scripts/gpu_queue.py exec ID --commit SHA --runtime HASH
 
@@ -31,11 +34,13 @@ Invariants:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gzip
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -55,6 +60,8 @@ CALL_BYTES = 64 * 2**20 - 512 * 2**10
 EXEC_LIMIT_S = 560
 #: Where the host keeps the staged wheelhouse and the installed site-packages.
 STAGE, SITE = "/tmp/stage", "/tmp/site"
+#: Where a chunk's folder is made on the host, and the calibration cache its servers use there.
+CHUNKS, CACHE = Path("/tmp/chunks"), Path("/tmp/corun-cache")
 RUNTIME_PATHS = ("corun_sglang", "patches")
 NEEDS = ("smollm2", "fa3", "router")
 
@@ -246,12 +253,20 @@ def join_pieces(stage_dir: Path) -> list[str]:
 # ---------------------------------------------------------------- on the host
 
 def host_env() -> dict[str, str]:
+    """This environment, with the staged site folder first (where there is one) and the chunks' cache."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = f"{SITE}:{ROOT}" + (f":{env['PYTHONPATH']}" if env.get("PYTHONPATH") else "")
-    env["PATH"] = f"{SITE}/bin:{env.get('PATH', '')}"
+    staged = [SITE] if Path(SITE).is_dir() else []
+    env["PYTHONPATH"] = ":".join([*staged, str(ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    env["PATH"] = ":".join([*(f"{p}/bin" for p in staged), env.get("PATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
-    env["CORUN_SGLANG_CACHE"] = "/tmp/corun-cache"
+    env["CORUN_SGLANG_CACHE"] = str(CACHE)
     return env
+
+
+def installed() -> bool:
+    """SGLang is importable in the chunks' environment (staged into the site folder, or installed)."""
+    probe = [sys.executable, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)"]
+    return subprocess.run(probe, env=host_env(), capture_output=True).returncode == 0
 
 
 def install(fa3: bool) -> int:
@@ -284,6 +299,23 @@ def host_facts() -> dict:
                              "torch.__version__, 'sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"])}
 
 
+#: The variable every process of a chunk inherits: servers start sessions of their own, so a chunk that is cut
+#: leaves them outside its process group, and they are found by it instead.
+MARK = "CORUN_QUEUE_CHUNK"
+
+
+def _kill_marked(mark: str) -> list[int]:
+    """Kills every process whose environment holds ``MARK=mark``; returns their pids."""
+    needle = f"{MARK}={mark}".encode()
+    killed = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError):
+            if needle in environ.read_bytes().split(b"\0"):
+                os.kill(int(environ.parent.name), signal.SIGKILL)
+                killed.append(int(environ.parent.name))
+    return killed
+
+
 def _entries(cache: Path) -> dict[str, float]:
     """The calibration cache's whole entries (``calibration.json`` written last) and when each was written."""
     return {p.parent.name: p.stat().st_mtime for p in cache.glob("*/calibration.json")}
@@ -291,7 +323,7 @@ def _entries(cache: Path) -> dict[str, float]:
 
 def execute(chunk: Chunk, commit: str, runtime: str, out: Path, limit_s: int = EXEC_LIMIT_S) -> int:
     """Runs ``chunk`` on this host into its folder, then archives the folder into ``out``, whatever happened."""
-    folder = Path("/tmp/chunks") / chunk.id
+    folder = CHUNKS / chunk.id
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
@@ -301,18 +333,23 @@ def execute(chunk: Chunk, commit: str, runtime: str, out: Path, limit_s: int = E
     before = _entries(cache)
     record = {"id": chunk.id, "commit": commit, "runtime": runtime, "command": chunk.command,
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **host_facts()}
-    env = {**host_env(), "R": str(folder)}
+    env = {**host_env(), "R": str(folder), MARK: f"{chunk.id}-{os.getpid()}-{time.time_ns()}"}
     start = time.monotonic()
-    if not Path(SITE, "sglang").is_dir():
-        record.update(rc=3, error=f"host not staged: {SITE} has no SGLang (scripts/gpu_queue.py stage)")
+    if not installed():
+        record.update(rc=3, error=f"SGLang is not installed here, nor staged into {SITE} (docs/gpu_queue.md)")
     else:
         with open(folder / "chunk.log", "w") as log:
+            proc = subprocess.Popen(["bash", "-c", chunk.command], cwd=ROOT, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
             try:
-                proc = subprocess.run(["bash", "-c", chunk.command], cwd=ROOT, env=env, stdout=log,
-                                      stderr=subprocess.STDOUT, timeout=limit_s, start_new_session=False)
-                record.update(rc=proc.returncode, timed_out=False)
+                record.update(rc=proc.wait(timeout=limit_s), timed_out=False)
             except subprocess.TimeoutExpired:
                 record.update(rc=124, timed_out=True)
+            finally:  # whatever the chunk left running (servers hold the GPU) ends with it
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                _kill_marked(env[MARK])
     record["wall_s"] = round(time.monotonic() - start, 1)
     added = sorted(name for name, stamp in _entries(cache).items() if before.get(name) != stamp)
     for name in added:
@@ -424,6 +461,25 @@ def with_pages(readme: str, table: str) -> str:
     return f"{head}{BEGIN}\n{table}{END}{tail}" if rest else readme
 
 
+def local(chunks: list[Chunk], records: dict[str, dict | None], runtime: str, patterns: list[str]) -> int:
+    """Runs the pending chunks matching ``patterns`` here, one after another, each filed as it ends."""
+    import fnmatch
+    import tempfile
+
+    if runtime_dirty():
+        raise SystemExit("the runtime has uncommitted changes: commit them first, so the records name what ran")
+    status = 0
+    for chunk, why in pending(chunks, records, runtime):
+        if not any(fnmatch.fnmatch(chunk.id, p) for p in patterns):
+            continue
+        print(f"== {chunk.id} ({why})", flush=True)
+        with tempfile.TemporaryDirectory() as out:
+            status |= execute(chunk, _git("rev-parse", "HEAD"), runtime, Path(out)) != 0
+            records[chunk.id] = ingest(chunk, Path(out))
+        write_pages(chunks, records, runtime)
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -447,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("id")
     p.add_argument("files_at")
     sub.add_parser("page")
+    p = sub.add_parser("local")
+    p.add_argument("patterns", nargs="+")
     args = parser.parse_args(argv)
     chunks = load()
     by_id = {c.id: c for c in chunks}
@@ -476,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         write_pages(chunks, records, runtime)
     elif args.verb == "page":
         write_pages(chunks, records, runtime)
+    elif args.verb == "local":
+        return local(chunks, records, runtime, args.patterns)
     return 0
 
 

@@ -4,6 +4,7 @@ import importlib.util
 import math
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,52 @@ def test_pages_take_the_worst_state_of_their_chunks_and_replace_only_the_marked_
     readme = f"intro\n{queue.BEGIN}\nold table\n{queue.END}\nrest\n"
     assert queue.with_pages(readme, "new\n") == f"intro\n{queue.BEGIN}\nnew\n{queue.END}\nrest\n"
     assert queue.with_pages("no markers\n", "new\n") == "no markers\n"
+
+
+def test_a_chunk_runs_into_its_folder_and_comes_back_whole_even_when_cut(tmp_path, monkeypatch):
+    results = tmp_path / "docs" / "results"
+    committed = results / "calibration" / "old"
+    committed.mkdir(parents=True)
+    (committed / "calibration.json").write_text("{}")
+    monkeypatch.setattr(queue, "ROOT", tmp_path)
+    monkeypatch.setattr(queue, "CALIBRATION", results / "calibration")
+    monkeypatch.setattr(queue, "CHUNKS", tmp_path / "chunks")
+    monkeypatch.setattr(queue, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(queue, "installed", lambda: True)
+    monkeypatch.setattr(queue, "host_facts", lambda: {"gpu": "G, 1 MiB, GPU-1, 1", "software": "s"})
+    # the chunk writes a result and a server log, calibrates a new entry, then overruns its limit
+    command = ("echo 42 > $R/result.txt && echo line > $R/server.log && test -f $CORUN_SGLANG_CACHE/calibration/old/calibration.json"
+               " && mkdir -p $CORUN_SGLANG_CACHE/calibration/new && echo '{}' > $CORUN_SGLANG_CACHE/calibration/new/calibration.json"
+               " && sleep 30")
+    chunk = queue.Chunk("c1", "t", command, 1, results="docs/results/queue/c1")
+    out = tmp_path / "out"
+    assert queue.execute(chunk, "abc", "rt", out, limit_s=3) == 124
+    assert sorted(p.name for p in out.iterdir()) == ["c1.tar.gz", "chunk.json"]
+    record = queue.ingest(chunk, out)
+    assert record["rc"] == 124 and record["timed_out"] and record["commit"] == "abc" and record["runtime"] == "rt"
+    assert record["calibration_added"] == ["new"] and (results / "calibration" / "new" / "calibration.json").exists()
+    folder = results / "queue" / "c1"
+    assert (folder / "result.txt").read_text() == "42\n" and (folder / "server.log.gz").exists()
+    assert not (folder / "server.log").exists()
+    # a rerun replaces the folder whole
+    chunk = queue.Chunk("c1", "t", "echo again > $R/other.txt", 1, results="docs/results/queue/c1")
+    assert queue.execute(chunk, "abd", "rt", out) == 0
+    assert queue.ingest(chunk, out)["rc"] == 0 and not (folder / "result.txt").exists()
+    assert queue.verdict(chunk, queue.record_of(chunk), "rt") == "current"
+
+
+def test_a_cut_chunk_leaves_nothing_running_also_in_sessions_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(queue, "ROOT", tmp_path)
+    monkeypatch.setattr(queue, "CALIBRATION", tmp_path / "calibration")
+    monkeypatch.setattr(queue, "CHUNKS", tmp_path / "chunks")
+    monkeypatch.setattr(queue, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(queue, "installed", lambda: True)
+    monkeypatch.setattr(queue, "host_facts", lambda: {})
+    # a "server" in a session of its own, as launch.Server starts it, writing its pid
+    command = "setsid sleep 60 & echo $! > $R/pid; sleep 60"
+    assert queue.execute(queue.Chunk("c2", "t", command, 1), "abc", "rt", tmp_path / "out", limit_s=2) == 124
+    pid = int((tmp_path / "chunks" / "c2" / "pid").read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and b"Z" not in Path(f"/proc/{pid}/stat").read_bytes().split(b")")[-1][:3]:
+        assert time.monotonic() < deadline, "the chunk's own-session process outlived it"
+        time.sleep(0.1)
