@@ -14,10 +14,13 @@ their verdicts are cached. A probe that fails leaves its part unserved (plain N,
 deterministic) with a log line saying why, and that verdict is cached too until ``force``. ``off``
 serves plain ``--corun``; given records or candidates always win.
 
-Invariants: ``plan``, ``key``, ``flags`` and ``tier_candidates`` are pure; an entry is written whole or
-not at all (``calibration.json`` last, by rename) under a per-key file lock, so servers starting at once
-calibrate once; a served record still passes the start-up environment check (``records.foreign``), so a
-stale entry refuses to start rather than serve bits it did not verify.
+The tiers candidate server runs its prefills eagerly (``tiers_flags``): its verdict compares the decode
+steps of one server's runs, whose prefills all take that server's one path.
+
+Invariants: ``plan``, ``key``, ``flags``, ``tier_candidates`` and ``tiers_flags`` are pure; an entry is
+written whole or not at all (``calibration.json`` last, by rename) under a per-key file lock, so servers
+starting at once calibrate once; a served record still passes the start-up environment check
+(``records.foreign``), so a stale entry refuses to start rather than serve bits it did not verify.
 """
 
 from __future__ import annotations
@@ -51,11 +54,37 @@ NOT_PASSED = {"model_path", "host", "port"}
 #: Options that size the server's memory (so its KV pool), not a kernel: passed to the candidate servers,
 #: left out of the key, so a start with another memory budget reuses the calibration.
 MEMORY_OPTIONS = {"mem_fraction_static", "max_total_tokens"}
+#: Options by which the serving command chooses the prefill CUDA graph itself (``tiers_flags``).
+PREFILL_GRAPH_FLAGS = ("--disable-prefill-cuda-graph", "--cuda-graph-backend-prefill")
 
 
 def tier_candidates(n: int) -> list[int]:
     """The decode graph sizes calibration verifies below N: its quarters (at least 8)."""
     return sorted({q for q in (n // 4, n // 2, 3 * n // 4) if 8 <= q < n})
+
+
+def _chooses_prefill_graph(cuda_graph_config: str) -> bool:
+    """Whether a ``--cuda-graph-config`` value names the prefill backend (or is no JSON object of phases:
+    then SGLang decides, refusing it)."""
+    try:
+        phases = json.loads(cuda_graph_config)
+    except ValueError:
+        return True
+    if not isinstance(phases, dict):
+        return True
+    prefill = phases.get("prefill") or {}
+    return not isinstance(prefill, dict) or "backend" in prefill
+
+
+def tiers_flags(server_flags: list[str]) -> list[str]:
+    """``server_flags`` for the decode tiers candidate server: without SGLang's prefill CUDA graph
+    (``--disable-prefill-cuda-graph``), unless they choose it themselves (``PREFILL_GRAPH_FLAGS``, or a
+    ``--cuda-graph-config`` naming the prefill backend). Every prefill on one server takes that server's
+    one path, so its prefill graph changes no verdict on its decode steps; eager prefill captures nothing."""
+    chosen = any(flag in PREFILL_GRAPH_FLAGS for flag in server_flags) or any(
+        flag == "--cuda-graph-config" and _chooses_prefill_graph(value)
+        for flag, value in zip(server_flags, server_flags[1:]))
+    return list(server_flags) if chosen else [*server_flags, "--disable-prefill-cuda-graph"]
 
 
 def cache_root(explicit: str | None, environ: Mapping[str, str]) -> Path:
@@ -175,7 +204,7 @@ def run_probes(folder: Path, model_path: str, n: int, server_flags: list[str], p
     try:
         say(f"decode tiers: verifying {candidates} against N = {n}")
         record = probes.tiers(model_path, candidates, n, folder / TIERS, folder / "tiers.server.log",
-                              server_flags, progress=say)
+                              tiers_flags(server_flags), progress=say)
         verdicts["tiers"] = list(record.tiers) if record.tiers else "no candidate gave the N-slot bits"
     except Exception as exc:  # the probe or its server failed: plain N, still deterministic
         verdicts["tiers"] = f"the probe failed: {exc}"

@@ -6,8 +6,9 @@ import types
 
 import pytest
 
-from corun_sglang import calibration, config
+from corun_sglang import calibration, config, records
 from corun_sglang.pack_record import Record as PackRecord
+from corun_sglang.packing import PackingError
 from corun_sglang.tiers import Record as TiersRecord
 
 ENV = {"gpu": "NVIDIA H200"}
@@ -59,16 +60,21 @@ def test_flags_rebuild_the_options_a_candidate_server_needs():
 
 
 class FakeProbes:
-    """Probes that write real records, as the verifiers do, and count their calls."""
+    """Probes that write real records, as the verifiers do, and count their calls and the server options
+    each got; the tiers stand-in logs its environment, as a tiers candidate server does."""
 
     def __init__(self, tiers=(64, 128), pack_fails=False):
         self.calls = {"tiers": 0, "pack": 0}
+        self.flags = {"tiers": [], "pack": []}
         self.tier_list, self.pack_fails = tuple(tiers), pack_fails
         self.lock = threading.Lock()
 
     def tiers(self, model_path, candidates, n, out, log, server_args, progress):
         with self.lock:
             self.calls["tiers"] += 1
+            self.flags["tiers"].append(list(server_args))
+        with open(log, "a") as f:
+            f.write(records.environment_line(ENV) + "\n")
         record = TiersRecord(n=n, tiers=self.tier_list, environment=ENV)
         out.write_text(json.dumps(record.to_json()))
         return record
@@ -76,8 +82,9 @@ class FakeProbes:
     def pack(self, model_path, pack, out, log, server_args, progress):
         with self.lock:
             self.calls["pack"] += 1
+            self.flags["pack"].append(list(server_args))
         if self.pack_fails:
-            raise ValueError("a pack of 1024 tokens does not verify here")
+            raise PackingError("a pack of 1024 tokens does not verify here")
         record = PackRecord(pack=pack, shortest=33, environment=ENV)  # the tiny Qwen3 shape's
         out.write_text(json.dumps(record.to_json()))
         return record
@@ -213,3 +220,49 @@ def test_the_memory_budget_goes_to_the_probes_but_does_not_name_the_calibration(
     assert "--mem-fraction-static" in calibration.flags(args, defaults, set())
     keyed = calibration.flags(args, defaults, calibration.MEMORY_OPTIONS)
     assert keyed == ["--tp-size", "2"]
+
+
+def test_the_tiers_server_prefills_eagerly_unless_the_serving_command_chooses():
+    eager = "--disable-prefill-cuda-graph"
+    assert calibration.tiers_flags(["--tp-size", "2"]) == ["--tp-size", "2", eager]
+    for chosen in (["--disable-prefill-cuda-graph"], ["--cuda-graph-backend-prefill", "breakable"],
+                   ["--cuda-graph-config", '{"prefill": {"backend": "breakable"}}'],
+                   ["--cuda-graph-config", "not json"]):
+        assert calibration.tiers_flags(chosen) == chosen
+    decode_only = ["--cuda-graph-config", '{"decode": {"max_bs": 256}}']
+    assert calibration.tiers_flags(decode_only) == [*decode_only, eager]
+
+
+def test_the_tiers_candidate_has_the_environment_of_the_server_serving_its_record(sglang_plugins, tiny_model,
+                                                                                  tmp_path):
+    """The tiers server's eager prefill is no field of a record's environment (``records.NUMERIC_OPTIONS``):
+    the record it writes passes the start-up check (``records.foreign``) of a server that serves it, with
+    its prefill graph and its pack."""
+    from sglang.srt.server_args import prepare_server_args
+
+    def parse(*argv):
+        return prepare_server_args(["--model-path", tiny_model, "--device", "cuda", *argv])
+
+    def environment(args):
+        return records.environment({"hidden_size": 256}, "torch.bfloat16", args, gpu="g", cuda="13.0",
+                                   installed={"sglang": "0.5.17"}, blas=records.blas_setup({}))
+
+    serving_flags = ["--chunked-prefill-size", "4096", "--mem-fraction-static", "0.8"]
+    entry = _args(tmp_path)
+    calibration.prepare(entry, lambda: PARTS, "NVIDIA H200", probes=FakeProbes().probes())
+    serving = parse("--corun", "--corun-decode-tiers", entry.corun_decode_tiers, "--corun-prefill-pack",
+                    entry.corun_prefill_pack, *serving_flags)
+    candidate = parse("--corun", "--max-running-requests", "256", "--corun-decode-tier-candidates", "64,128,192",
+                      *calibration.tiers_flags(serving_flags))
+    assert candidate.cuda_graph_config.prefill.backend == "disabled"
+    assert serving.cuda_graph_config.prefill.backend == "breakable" and serving.mem_fraction_static == 0.8
+    tiers = types.SimpleNamespace(environment=environment(candidate), source="tiers.json")
+    served = [records.Served(tiers, "--corun-decode-tiers", "verify-tiers")]
+    assert records.mismatches(tiers.environment, environment(serving)) == []
+    assert records.foreign(served, environment(serving)) is None
+
+
+def test_the_tiers_probe_gets_the_eager_prefill_and_the_pack_probe_the_serving_options(tmp_path):
+    fake = FakeProbes()
+    calibration.run_probes(tmp_path, "m", 256, ["--tp-size", "2"], fake.probes(), lambda line: None)
+    assert fake.flags == {"tiers": [["--tp-size", "2", "--disable-prefill-cuda-graph"]], "pack": [["--tp-size", "2"]]}
