@@ -8,16 +8,28 @@ budget, ``MEMORY_OPTIONS``), the GPU, CUDA, the BLAS setup and the installed ver
 and what is calibrated (the tier candidates, the pack). Found, its verdicts are served: the decode tiers
 record (``--corun-decode-tiers``) and the prefill pack record (``--corun-prefill-pack``, waiting up to
 ``PACK_WAIT`` decode steps unless ``--corun-prefill-pack-wait`` is given). Not found, or with ``force``,
-the probes run first, each on a candidate server started with this server's options
-(``verify_tiers.verify`` with ``tier_candidates(N)``, ``verify_packing.verify`` with ``PACK``), and
-their verdicts are cached. A probe that fails leaves its part unserved (plain N, isolated prefill: still
-deterministic) with a log line saying why, and that verdict is cached too until ``force``. ``off``
-serves plain ``--corun``; given records or candidates always win.
+the probes run first, side by side on one GPU, each on a candidate server started with this server's
+options (``verify_tiers.verify`` with ``tier_candidates(N)``, ``verify_packing.verify`` with ``PACK``),
+and their verdicts are cached. A probe that fails leaves its part unserved (plain N, isolated prefill:
+still deterministic) with a log line saying why, and that verdict is cached too until ``force``.
+``off`` serves plain ``--corun``; given records or candidates always win.
 
-Invariants: ``plan``, ``key``, ``flags`` and ``tier_candidates`` are pure; an entry is written whole or
-not at all (``calibration.json`` last, by rename) under a per-key file lock, so servers starting at once
-calibrate once; a served record still passes the start-up environment check (``records.foreign``), so a
-stale entry refuses to start rather than serve bits it did not verify.
+The two candidate servers split the serving command's static memory budget (``shared``): its
+``--mem-fraction-static``, or ``BUDGET`` where it sets none, of the memory free when calibration starts,
+``TIERS_PART`` of it the tiers server's. SGLang sizes a KV pool as the memory free after loading the
+weights less a reserve taken from the memory free before, so a server that profiles after the other
+allocated its pool would count that pool against its own share: the pack server starts only once the
+tiers server has logged its environment, which it does once its KV pool and decode graphs are
+allocated. A probe that fails beside the other for any reason but a record's verdict
+(``shared_failure``) runs again alone, with the serving command's own options. The tiers server runs
+its prefills eagerly (``tiers_flags``): its verdict compares the decode steps of one server's runs,
+whose prefills all take that server's one path.
+
+Invariants: ``plan``, ``key``, ``flags``, ``tier_candidates``, ``fractions``, ``shared``, ``tiers_flags``
+and ``shared_failure`` are pure; an entry is written whole or not at all (``calibration.json`` last, by
+rename) under a per-key file lock, so servers starting at once calibrate once; a served record still
+passes the start-up environment check (``records.foreign``), so a stale entry refuses to start rather
+than serve bits it did not verify.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ import json
 import logging
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -48,14 +61,79 @@ PACK_FILE = "pack.json"
 #: ServerArgs fields a candidate server does not take from the serving command (its own model path and
 #: address; corun's own options are set by the probe).
 NOT_PASSED = {"model_path", "host", "port"}
-#: Options that size the server's memory (so its KV pool), not a kernel: passed to the candidate servers,
-#: left out of the key, so a start with another memory budget reuses the calibration.
+#: Options that size the server's memory (so its KV pool), not a kernel: passed to the candidate servers
+#: (``shared``), left out of the key, so a start with another memory budget reuses the calibration.
 MEMORY_OPTIONS = {"mem_fraction_static", "max_total_tokens"}
+#: The static memory budget (weights and KV pools) of the two candidate servers where the serving command
+#: sets no ``--mem-fraction-static``: a part of the memory free when calibration starts, the rest left to
+#: both servers' activations and CUDA graphs.
+BUDGET = 0.8
+#: The tiers server's part of the budget: its KV pool holds N - 1 co-runners and a needle whole
+#: (``verify_tiers.pool_needed``), the pack server's a few prompts of at most ``PACK`` tokens.
+TIERS_PART = 0.6
+#: Seconds between two looks at the tiers server's log while the pack server waits to start.
+POLL = 0.5
+#: Options by which the serving command chooses the prefill CUDA graph itself (``tiers_flags``).
+PREFILL_GRAPH_FLAGS = ("--disable-prefill-cuda-graph", "--cuda-graph-backend-prefill")
 
 
 def tier_candidates(n: int) -> list[int]:
     """The decode graph sizes calibration verifies below N: its quarters (at least 8)."""
     return sorted({q for q in (n // 4, n // 2, 3 * n // 4) if 8 <= q < n})
+
+
+def fractions(budget: float) -> tuple[float, float]:
+    """The ``--mem-fraction-static`` of the tiers and of the pack candidate server (4 decimals) that split
+    ``budget`` of the memory free before the tiers server starts, ``TIERS_PART`` of it the tiers server's:
+    SGLang applies a fraction to the memory free when that server starts, and the pack server starts
+    once the tiers server holds its share."""
+    tiers = budget * TIERS_PART
+    return round(tiers, 4), round((budget - tiers) / (1 - tiers), 4)
+
+
+def shared(server_flags: list[str]) -> dict[str, list[str]]:
+    """``server_flags`` for the tiers and the pack candidate server sharing a GPU (``fractions``): the
+    serving command's ``--mem-fraction-static`` split, or ``BUDGET`` split where it sets none. A
+    ``--max-total-tokens`` caps a pool and claims no memory of its own: it stays, so neither candidate's
+    pool exceeds the serving command's."""
+    at = next((i for i, flag in enumerate(server_flags[:-1]) if flag == "--mem-fraction-static"), None)
+    budget = BUDGET if at is None else float(server_flags[at + 1])
+    rest = list(server_flags) if at is None else [*server_flags[:at], *server_flags[at + 2:]]
+    tiers, pack = fractions(budget)
+    return {"tiers": [*rest, "--mem-fraction-static", str(tiers)],
+            "pack": [*rest, "--mem-fraction-static", str(pack)]}
+
+
+def _chooses_prefill_graph(cuda_graph_config: str) -> bool:
+    """Whether a ``--cuda-graph-config`` value names the prefill backend (or is no JSON object of phases:
+    then SGLang decides, refusing it)."""
+    try:
+        phases = json.loads(cuda_graph_config)
+    except ValueError:
+        return True
+    if not isinstance(phases, dict):
+        return True
+    prefill = phases.get("prefill") or {}
+    return not isinstance(prefill, dict) or "backend" in prefill
+
+
+def tiers_flags(server_flags: list[str]) -> list[str]:
+    """``server_flags`` for the decode tiers candidate server: without SGLang's prefill CUDA graph
+    (``--disable-prefill-cuda-graph``), unless they choose it themselves (``PREFILL_GRAPH_FLAGS``, or a
+    ``--cuda-graph-config`` naming the prefill backend). Every prefill on one server takes that server's
+    one path, so its prefill graph changes no verdict on its decode steps; eager prefill captures nothing."""
+    chosen = any(flag in PREFILL_GRAPH_FLAGS for flag in server_flags) or any(
+        flag == "--cuda-graph-config" and _chooses_prefill_graph(value)
+        for flag, value in zip(server_flags, server_flags[1:]))
+    return list(server_flags) if chosen else [*server_flags, "--disable-prefill-cuda-graph"]
+
+
+def shared_failure(exc: BaseException) -> bool:
+    """Whether a probe that failed beside the other may pass alone: any failure but a record's verdict or
+    refusal (``records.RecordError``), such as a server that did not start or a KV pool too small."""
+    from corun_sglang import records
+
+    return not isinstance(exc, records.RecordError)
 
 
 def cache_root(explicit: str | None, environ: Mapping[str, str]) -> Path:
@@ -165,27 +243,79 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _labelled(say: Callable[[str], None], label: str) -> Callable[[str], None]:
+    return lambda line: say(f"{label}: {line}")
+
+
+def _log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _await_tiers_memory(log: Path, offset: int, tiers: Future) -> None:
+    """Until the tiers server logged its environment past ``offset`` of its log (its KV pool and decode
+    graphs are allocated) or its probe ended."""
+    from corun_sglang import records
+
+    while not tiers.done():
+        try:
+            with open(log, errors="replace") as f:
+                f.seek(offset)
+                if records.ENVIRONMENT_LOG in f.read():
+                    return
+        except OSError:  # the server has not opened its log yet
+            pass
+        wait([tiers], timeout=POLL)
+
+
+def _attempt(probe: Callable[[list[str]], Any], server_flags: list[str]) -> Any:
+    """The probe's verdict, or the exception it raised."""
+    try:
+        return probe(server_flags)
+    except Exception as exc:  # the probe or its server failed: reported, and maybe run again alone
+        return exc
+
+
 def run_probes(folder: Path, model_path: str, n: int, server_flags: list[str], probes: Probes,
                say: Callable[[str], None]) -> dict:
-    """Both probes into ``folder``; the entry's verdicts (``tiers``/``pack``: a list/int, or a reason)."""
+    """Both probes into ``folder``, side by side; the entry's verdicts (``tiers``/``pack``: a list/int, or a
+    reason). Each probe's lines go to ``say`` behind its name."""
     folder.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    verdicts: dict[str, Any] = {}
     candidates = tier_candidates(n)
-    try:
-        say(f"decode tiers: verifying {candidates} against N = {n}")
-        record = probes.tiers(model_path, candidates, n, folder / TIERS, folder / "tiers.server.log",
-                              server_flags, progress=say)
-        verdicts["tiers"] = list(record.tiers) if record.tiers else "no candidate gave the N-slot bits"
-    except Exception as exc:  # the probe or its server failed: plain N, still deterministic
-        verdicts["tiers"] = f"the probe failed: {exc}"
-    try:
-        say(f"prefill pack: verifying {PACK} tokens")
-        record = probes.pack(model_path, PACK, folder / PACK_FILE, folder / "pack.server.log", server_flags,
-                             progress=say)
-        verdicts["pack"] = int(record.pack)
-    except Exception as exc:  # the pack does not verify here, or its server failed: isolated prefill
-        verdicts["pack"] = f"the probe failed: {exc}"
+    tiers_log = folder / "tiers.server.log"
+    tell = {"tiers": _labelled(say, "decode tiers"), "pack": _labelled(say, "prefill pack")}
+
+    def tiers(flags: list[str]) -> Any:
+        record = probes.tiers(model_path, candidates, n, folder / TIERS, tiers_log, tiers_flags(flags),
+                              progress=tell["tiers"])
+        return list(record.tiers) if record.tiers else "no candidate gave the N-slot bits"
+
+    def pack(flags: list[str]) -> Any:
+        record = probes.pack(model_path, PACK, folder / PACK_FILE, folder / "pack.server.log", flags,
+                             progress=tell["pack"])
+        return int(record.pack)
+
+    run = {"tiers": tiers, "pack": pack}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        tell["tiers"](f"verifying {candidates} against N = {n}")
+        offset = _log_size(tiers_log)
+        split = shared(server_flags)
+        pending = {"tiers": pool.submit(_attempt, tiers, split["tiers"])}
+        _await_tiers_memory(tiers_log, offset, pending["tiers"])
+        tell["pack"](f"verifying {PACK} tokens, beside the decode tiers probe")
+        pending["pack"] = pool.submit(_attempt, pack, split["pack"])
+        got = {part: future.result() for part, future in pending.items()}
+    for part, result in got.items():
+        if isinstance(result, Exception) and shared_failure(result):
+            first = (str(result).splitlines() or [type(result).__name__])[0]
+            tell[part](f"failed beside the other probe ({first}); verifying again alone")
+            got[part] = _attempt(run[part], list(server_flags))
+    verdicts: dict[str, Any] = {
+        part: f"the probe failed: {result}" if isinstance(result, Exception) else result
+        for part, result in got.items()}
     verdicts["seconds"] = round(time.monotonic() - started, 1)
     return verdicts
 
@@ -238,7 +368,8 @@ def prepare(args: Any, parts: Callable[[], Mapping[str, Any]], gpu: str | None,
         def say(line: str) -> None:
             logger.info("corun calibration [%6.1f s] %s", time.monotonic() - started, line)
 
-        say(f"first start in this environment: calibrating into {folder} (each probe starts its own server)")
+        say(f"first start in this environment: calibrating into {folder} (each probe starts its own server, "
+            "side by side)")
         n = getattr(args, "max_running_requests", None) or parts.get("n") or 256
         verdicts = run_probes(folder, args.model_path, n, list(server_flags), probes or default_probes(), say)
         entry = {"format": FORMAT, "key": folder.name, "parts": dict(parts), **verdicts}

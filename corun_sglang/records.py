@@ -38,7 +38,10 @@ BLAS_ENV = ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE")
 #: SGLang ``ServerArgs`` options that can change which kernel a GEMM, attention or MoE layer runs, or
 #: its numerics: the model's weights and dtypes, the kernel backends, how layers are split across GPUs
 #: and the collectives that finish a split GEMM, and the expert layout. Options ``--corun`` refuses are
-#: listed too, so that lifting a refusal keeps the environment whole.
+#: listed too, so that lifting a refusal keeps the environment whole. The CUDA graph options are not: a
+#: decode tiers record compares one server's decode graphs with each other, every step's input coming
+#: from that server's one prefill path (eager, or its prefill graph), so the prefill graph changes no
+#: verdict; and a served pack needs the prefill graph, which ``config`` requires by itself.
 NUMERIC_OPTIONS = (
     # the model, its weights and dtypes
     "json_model_override_args", "model_impl", "load_format", "dtype", "quantization",

@@ -9,18 +9,22 @@ its first token) before the needle is sent, and they decode longer than the need
 running count stays M for the needle's whole life. A candidate is a tier when every needle's
 tokens and logprobs equal its reference bit for bit; a different kernel or reduction order in any
 layer shows as a divergence within a few steps. The record (``tiers.Record``) carries the
-environment the server logged, which a server serving the record must match.
+environment the server logged, which a server serving the record must match. A server whose KV pool
+cannot hold a reference round's whole sequences at once (``pool_problem``) is not probed: full-sequence
+admission would hold co-runners back, and the reference would decode in a smaller graph than N's.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from corun_sglang import policy
 from corun_sglang.compare import Generation, first_divergence
 from corun_sglang.tools import generate
 
@@ -35,6 +39,10 @@ def _body(prompt: list[int], max_new_tokens: int, temperature: float, seed: int,
     }
 
 
+#: The longest co-runner prompt (``corunners``).
+CORUNNER_PROMPT = 48
+
+
 def needles(count: int, tokens: int, vocab: int, seed: int = 0) -> list[dict]:
     """``count`` needle requests: prompts from 32 to 2,048 tokens (log-spaced), T 0.8, seeded."""
     rnd = random.Random(seed)
@@ -45,8 +53,34 @@ def needles(count: int, tokens: int, vocab: int, seed: int = 0) -> list[dict]:
 def corunners(count: int, tokens: int, vocab: int, seed: int) -> list[dict]:
     """``count`` streamed co-runners with short prompts (16-48 tokens), ``tokens`` new tokens each."""
     rnd = random.Random(seed)
-    return [_body(generate.token_ids(rnd, rnd.randint(16, 48), vocab), tokens, 1.0, seed * 1000 + i, stream=True)
-            for i in range(count)]
+    return [_body(generate.token_ids(rnd, rnd.randint(16, CORUNNER_PROMPT), vocab), tokens, 1.0, seed * 1000 + i,
+                  stream=True) for i in range(count)]
+
+
+#: The KV pool size, in tokens, a server's scheduler logs at start.
+POOL_LOG = re.compile(r"max_total_num_tokens=(\d+)")
+
+
+def pool_needed(n: int, needle_bodies: Sequence[dict], page_size: int = 1) -> int:
+    """KV tokens a reference round reserves at once under full-sequence admission
+    (``policy.reserved_tokens``): N - 1 co-runners of the longest co-runner prompt and the longest needle."""
+    tokens = corunner_tokens(n, max(b["sampling_params"]["max_new_tokens"] for b in needle_bodies))
+    needle = max(policy.reserved_tokens(len(b["input_ids"]), b["sampling_params"]["max_new_tokens"], page_size)
+                 for b in needle_bodies)
+    return (n - 1) * policy.reserved_tokens(CORUNNER_PROMPT, tokens, page_size) + needle
+
+
+def pool_problem(log_text: str, n: int, needle_bodies: Sequence[dict]) -> str | None:
+    """Why a server that logged ``log_text`` cannot run a reference round whole (None: it can)."""
+    found = POOL_LOG.search(log_text)
+    if found is None:
+        return "the candidate server logged no KV pool size (max_total_num_tokens)"
+    pool, need = int(found.group(1)), pool_needed(n, needle_bodies)
+    if pool < need:
+        return (f"the candidate server's KV pool holds {pool} tokens; a reference round reserves {need} "
+                f"(N - 1 = {n - 1} co-runners and a needle), so it would not decode in the {n}-slot graph. "
+                "Fix: give it more memory (--mem-fraction-static, --max-total-tokens)")
+    return None
 
 
 def corunner_tokens(n: int, needle_tokens: int) -> int:
@@ -139,7 +173,8 @@ def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: P
            needle_count: int = 2, needle_tokens: int = 32, seed: int = 0, static_gb: float | None = None,
            env: Mapping[str, str] | None = None, progress: Callable[[str], None] = _quiet) -> "Record":
     """Start a candidate server (with ``env`` added to its environment), probe it, write the record to
-    ``out``; returns it. ``progress`` gets a line as the server starts and as the probe goes (``probe``)."""
+    ``out``; returns it. ``RuntimeError`` (no record written) where its KV pool cannot hold a reference
+    round (``pool_problem``). ``progress`` gets a line as the server starts and as the probe goes (``probe``)."""
     from corun_sglang import records, tiers
     from corun_sglang.tools.launch import Server
 
@@ -151,8 +186,11 @@ def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: P
     try:
         environment = records.environment_from_log(server.log_text())
         vocab = model_vocab(model_path)
-        found = probe(http_sender(server.url), n, candidates, needles(needle_count, needle_tokens, vocab, seed),
-                      vocab, seed=seed + 1, progress=progress)
+        bodies = needles(needle_count, needle_tokens, vocab, seed)
+        problem = pool_problem(server.log_text(), n, bodies)
+        if problem:
+            raise RuntimeError(problem)
+        found = probe(http_sender(server.url), n, candidates, bodies, vocab, seed=seed + 1, progress=progress)
     finally:
         server.stop()
     passed, rejected = verdict(found)

@@ -2,12 +2,15 @@
 
 import json
 import threading
+import time
 import types
+from pathlib import Path
 
 import pytest
 
-from corun_sglang import calibration, config
+from corun_sglang import calibration, config, records
 from corun_sglang.pack_record import Record as PackRecord
+from corun_sglang.packing import PackingError
 from corun_sglang.tiers import Record as TiersRecord
 
 ENV = {"gpu": "NVIDIA H200"}
@@ -59,16 +62,21 @@ def test_flags_rebuild_the_options_a_candidate_server_needs():
 
 
 class FakeProbes:
-    """Probes that write real records, as the verifiers do, and count their calls."""
+    """Probes that write real records, as the verifiers do, and count their calls and the server options
+    each got; the tiers stand-in logs its environment, as a tiers candidate server does."""
 
     def __init__(self, tiers=(64, 128), pack_fails=False):
         self.calls = {"tiers": 0, "pack": 0}
+        self.flags = {"tiers": [], "pack": []}
         self.tier_list, self.pack_fails = tuple(tiers), pack_fails
         self.lock = threading.Lock()
 
     def tiers(self, model_path, candidates, n, out, log, server_args, progress):
         with self.lock:
             self.calls["tiers"] += 1
+            self.flags["tiers"].append(list(server_args))
+        with open(log, "a") as f:
+            f.write(records.environment_line(ENV) + "\n")
         record = TiersRecord(n=n, tiers=self.tier_list, environment=ENV)
         out.write_text(json.dumps(record.to_json()))
         return record
@@ -76,8 +84,9 @@ class FakeProbes:
     def pack(self, model_path, pack, out, log, server_args, progress):
         with self.lock:
             self.calls["pack"] += 1
+            self.flags["pack"].append(list(server_args))
         if self.pack_fails:
-            raise ValueError("a pack of 1024 tokens does not verify here")
+            raise PackingError("a pack of 1024 tokens does not verify here")
         record = PackRecord(pack=pack, shortest=33, environment=ENV)  # the tiny Qwen3 shape's
         out.write_text(json.dumps(record.to_json()))
         return record
@@ -213,3 +222,157 @@ def test_the_memory_budget_goes_to_the_probes_but_does_not_name_the_calibration(
     assert "--mem-fraction-static" in calibration.flags(args, defaults, set())
     keyed = calibration.flags(args, defaults, calibration.MEMORY_OPTIONS)
     assert keyed == ["--tp-size", "2"]
+
+
+@pytest.mark.parametrize("budget", [calibration.BUDGET, 0.4, 0.9])
+def test_the_candidate_servers_split_the_serving_memory_budget_the_tiers_server_the_larger_part(budget):
+    """The pack server's fraction applies to what the tiers server left free: on a GPU with 1 free, the
+    tiers server holds ``tiers``, the pack server ``pack * (1 - tiers)``, together the budget."""
+    tiers, pack = calibration.fractions(budget)
+    assert tiers == pytest.approx(calibration.TIERS_PART * budget, abs=1e-4)
+    assert tiers + pack * (1 - tiers) == pytest.approx(budget, abs=1e-4)
+    assert tiers > pack * (1 - tiers)
+
+
+def test_each_candidate_server_gets_its_part_of_the_serving_fraction_or_of_the_default_budget():
+    tiers, pack = calibration.fractions(0.4)
+    assert calibration.shared(["--tp-size", "2", "--mem-fraction-static", "0.4", "--max-total-tokens", "262144"]) == {
+        "tiers": ["--tp-size", "2", "--max-total-tokens", "262144", "--mem-fraction-static", str(tiers)],
+        "pack": ["--tp-size", "2", "--max-total-tokens", "262144", "--mem-fraction-static", str(pack)],
+    }  # a pool cap claims no memory: kept on both
+    tiers, pack = calibration.fractions(calibration.BUDGET)
+    assert calibration.shared([]) == {"tiers": ["--mem-fraction-static", str(tiers)],
+                                      "pack": ["--mem-fraction-static", str(pack)]}
+
+
+def test_the_tiers_server_prefills_eagerly_unless_the_serving_command_chooses():
+    eager = "--disable-prefill-cuda-graph"
+    assert calibration.tiers_flags(["--tp-size", "2"]) == ["--tp-size", "2", eager]
+    for chosen in (["--disable-prefill-cuda-graph"], ["--cuda-graph-backend-prefill", "breakable"],
+                   ["--cuda-graph-config", '{"prefill": {"backend": "breakable"}}'],
+                   ["--cuda-graph-config", "not json"]):
+        assert calibration.tiers_flags(chosen) == chosen
+    decode_only = ["--cuda-graph-config", '{"decode": {"max_bs": 256}}']
+    assert calibration.tiers_flags(decode_only) == [*decode_only, eager]
+
+
+def test_the_tiers_candidate_has_the_environment_of_the_server_serving_its_record(sglang_plugins, tiny_model,
+                                                                                  tmp_path):
+    """The tiers server's eager prefill is no field of a record's environment (``records.NUMERIC_OPTIONS``):
+    the record it writes passes the start-up check (``records.foreign``) of a server that serves it, with
+    its prefill graph, its pack and the serving command's whole memory budget."""
+    from sglang.srt.server_args import prepare_server_args
+
+    def parse(*argv):
+        return prepare_server_args(["--model-path", tiny_model, "--device", "cuda", *argv])
+
+    def environment(args):
+        return records.environment({"hidden_size": 256}, "torch.bfloat16", args, gpu="g", cuda="13.0",
+                                   installed={"sglang": "0.5.17"}, blas=records.blas_setup({}))
+
+    serving_flags = ["--chunked-prefill-size", "4096", "--mem-fraction-static", "0.8"]
+    entry = _args(tmp_path)
+    calibration.prepare(entry, lambda: PARTS, "NVIDIA H200", probes=FakeProbes().probes())
+    serving = parse("--corun", "--corun-decode-tiers", entry.corun_decode_tiers, "--corun-prefill-pack",
+                    entry.corun_prefill_pack, *serving_flags)
+    candidate = parse("--corun", "--max-running-requests", "256", "--corun-decode-tier-candidates", "64,128,192",
+                      *calibration.tiers_flags(calibration.shared(serving_flags)["tiers"]))
+    assert candidate.cuda_graph_config.prefill.backend == "disabled"
+    assert candidate.mem_fraction_static == calibration.fractions(0.8)[0]
+    assert serving.cuda_graph_config.prefill.backend == "breakable" and serving.mem_fraction_static == 0.8
+    tiers = types.SimpleNamespace(environment=environment(candidate), source="tiers.json")
+    served = [records.Served(tiers, "--corun-decode-tiers", "verify-tiers")]
+    assert records.mismatches(tiers.environment, environment(serving)) == []
+    assert records.foreign(served, environment(serving)) is None
+
+
+def _said(lines):
+    def say(line):
+        lines.append(line)
+    return say
+
+
+def test_the_probes_run_side_by_side_the_pack_server_once_the_tiers_server_holds_its_memory(tmp_path):
+    """Each stand-in waits for the other at a barrier: run one after the other, both would fail. The pack
+    probe starts only once the tiers server logged its environment."""
+    fake = FakeProbes()
+    both = threading.Barrier(2, timeout=5)
+    seen = {}
+
+    def tiers(model_path, candidates, n, out, log, server_args, progress):
+        time.sleep(2 * calibration.POLL)  # the server loads its weights and allocates its pool
+        progress("server ready")
+        record = fake.tiers(model_path, candidates, n, out, log, server_args, progress)
+        both.wait()
+        return record
+
+    def pack(model_path, pack, out, log, server_args, progress):
+        seen["tiers logged its environment"] = records.ENVIRONMENT_LOG in (tmp_path / "tiers.server.log").read_text()
+        progress("server ready")
+        both.wait()
+        return fake.pack(model_path, pack, out, log, server_args, progress)
+
+    lines = []
+    verdicts = calibration.run_probes(tmp_path, "m", 256, ["--tp-size", "2"], calibration.Probes(tiers, pack),
+                                      _said(lines))
+    assert verdicts["tiers"] == [64, 128] and verdicts["pack"] == 1024
+    assert seen == {"tiers logged its environment": True}
+    split = calibration.shared(["--tp-size", "2"])
+    assert fake.flags == {"tiers": [[*split["tiers"], "--disable-prefill-cuda-graph"]], "pack": [split["pack"]]}
+    assert split["tiers"] != split["pack"]
+    assert "decode tiers: server ready" in lines and "prefill pack: server ready" in lines
+    assert all(line.startswith(("decode tiers: ", "prefill pack: ")) for line in lines)
+
+
+def test_a_tiers_probe_that_ends_before_its_server_logs_lets_the_pack_probe_start(tmp_path):
+    fake = FakeProbes()
+
+    def tiers(*args, **kwargs):
+        raise records.RecordError("the server logged no environment")
+
+    verdicts = calibration.run_probes(tmp_path, "m", 256, [], calibration.Probes(tiers, fake.pack), _said([]))
+    assert verdicts["tiers"] == "the probe failed: the server logged no environment" and verdicts["pack"] == 1024
+    assert fake.calls["pack"] == 1  # a refusal is a verdict: not run again
+
+
+def test_a_probe_that_failed_beside_the_other_runs_again_alone_with_the_serving_memory(tmp_path):
+    fake = FakeProbes()
+    serving_flags = ["--mem-fraction-static", "0.8"]
+
+    def pack(model_path, pack, out, log, server_args, progress):
+        fake.pack(model_path, pack, out, log, server_args, progress)
+        if server_args != serving_flags:
+            raise RuntimeError("server exited with 1:\nLoaded weights leave no GPU memory for the KV cache")
+        return PackRecord(pack=pack, shortest=33, environment=ENV)
+
+    lines = []
+    verdicts = calibration.run_probes(tmp_path, "m", 256, serving_flags, calibration.Probes(fake.tiers, pack),
+                                      _said(lines))
+    assert verdicts["tiers"] == [64, 128] and verdicts["pack"] == 1024
+    split = calibration.shared(serving_flags)
+    assert fake.flags == {"tiers": [[*split["tiers"], "--disable-prefill-cuda-graph"]],
+                          "pack": [split["pack"], serving_flags]}
+    assert ("prefill pack: failed beside the other probe (server exited with 1:); verifying again alone"
+            in lines)
+
+
+def test_a_probe_that_fails_alone_too_leaves_its_part_unserved_and_the_other_served(tmp_path):
+    fake = FakeProbes()
+
+    def tiers(model_path, candidates, n, out, log, server_args, progress):
+        fake.tiers(model_path, candidates, n, out, log, server_args, progress)
+        raise RuntimeError("the candidate server's KV pool holds 1000 tokens")
+
+    got = calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200",
+                              probes=calibration.Probes(tiers, fake.pack))
+    assert got.tiers is None
+    assert got.why["tiers"] == "the probe failed: the candidate server's KV pool holds 1000 tokens"
+    assert got.pack == 1024 and fake.calls == {"tiers": 2, "pack": 1}
+    assert calibration.read_entry(Path(got.folder))["tiers"] == got.why["tiers"]  # the entry, whole
+
+
+def test_only_a_records_verdict_or_refusal_is_final_beside_the_other_probe():
+    assert not calibration.shared_failure(PackingError("a pack of 1024 tokens does not verify here"))
+    assert not calibration.shared_failure(records.RecordError("the server logged no environment"))
+    assert calibration.shared_failure(RuntimeError("server exited with 1"))
+    assert calibration.shared_failure(TimeoutError("server not healthy after 600s"))

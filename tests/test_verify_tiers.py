@@ -130,3 +130,21 @@ def test_the_needle_is_sent_only_once_every_corunner_streams(http_server):
     needle_at = next(t for tag, what, t in events if tag == "needle")
     firsts = [t for tag, what, t in events if what == "first chunk"]
     assert len(firsts) == 12 and max(firsts) < needle_at
+
+
+def test_a_reference_round_needs_the_whole_sequences_of_n_minus_1_co_runners_and_a_needle():
+    bodies = verify_tiers.needles(2, 32, vocab=1000)  # prompts of 32 and 2,048 tokens
+    tokens = verify_tiers.corunner_tokens(256, 32)
+    assert verify_tiers.pool_needed(256, bodies) == 255 * (48 + tokens + 1) + (2048 + 32 + 1)
+    assert all(len(b["input_ids"]) <= verify_tiers.CORUNNER_PROMPT for b in verify_tiers.corunners(200, 8, 1000, 3))
+
+
+def test_a_server_whose_pool_cannot_hold_a_reference_round_is_not_probed():
+    bodies = verify_tiers.needles(2, 32, vocab=1000)
+    need = verify_tiers.pool_needed(256, bodies)
+    line = "[TP0] max_total_num_tokens={}, chunked_prefill_size=8192, max_running_requests=256, context_len=4096"
+    assert verify_tiers.pool_problem(line.format(need), 256, bodies) is None
+    problem = verify_tiers.pool_problem(line.format(need - 1), 256, bodies)
+    assert problem.startswith(f"the candidate server's KV pool holds {need - 1} tokens; a reference round reserves "
+                              f"{need} (N - 1 = 255 co-runners and a needle)") and "--mem-fraction-static" in problem
+    assert "logged no KV pool size" in verify_tiers.pool_problem("INFO nothing here", 256, bodies)
