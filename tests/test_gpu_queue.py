@@ -183,3 +183,14 @@ def test_a_cut_chunk_leaves_nothing_running_also_in_sessions_of_its_own(tmp_path
     while Path(f"/proc/{pid}").exists() and b"Z" not in Path(f"/proc/{pid}/stat").read_bytes().split(b")")[-1][:3]:
         assert time.monotonic() < deadline, "the chunk's own-session process outlived it"
         time.sleep(0.1)
+
+
+def test_the_committed_queue_page_and_results_readme_are_current_for_head():
+    """docs/results/queue.md and the pages table of docs/results/README.md say what ``page`` writes for HEAD's
+    runtime: regenerate them (``scripts/gpu_queue.py page``) with every change to the runtime or the queue."""
+    chunks = queue.load()
+    records = {c.id: queue.record_of(c) for c in chunks}
+    runtime = queue.runtime_hash()
+    assert queue.PAGE.read_text() == queue.page(chunks, records, runtime)
+    readme = (queue.RESULTS / "README.md").read_text()
+    assert queue.with_pages(readme, queue.pages(chunks, records, runtime)) == readme
