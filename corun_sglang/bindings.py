@@ -67,7 +67,8 @@ class Attributes:
 
 @dataclasses.dataclass(frozen=True)
 class Assigns:
-    """The source of ``target`` (a function or method) assigns ``self.<name>`` for each of ``names``."""
+    """The source of ``target`` (a function or method) assigns ``self.<name>`` (annotated or not) for each of
+    ``names``."""
 
     target: str
     names: tuple[str, ...]
@@ -75,7 +76,7 @@ class Assigns:
 
     def missing(self, obj) -> list[str]:
         source = inspect.getsource(obj)
-        return [n for n in self.names if not re.search(rf"\bself\.{re.escape(n)}\s*=(?!=)", source)]
+        return [n for n in self.names if not re.search(rf"\bself\.{re.escape(n)}\s*(:[^=\n]*)?=(?!=)", source)]
 
     def describe(self, name: str) -> str:
         return f"no longer assigns 'self.{name}'"
@@ -98,6 +99,24 @@ BINDINGS: tuple[Binding, ...] = (
                "adapters.admission.prefill_wait"),
     Parameters("sglang.srt.managers.schedule_batch.ScheduleBatch.retract_decode", ("server_args",),
                "adapters.admission.retract_decode"),
+    # the deterministic prefix cache
+    Parameters("sglang.srt.mem_cache.radix_cache.RadixCache.cache_finished_req", ("req", "is_insert", "kv_len_to_handle"),
+               "adapters.prefix.cache_finished_req"),
+    Parameters("sglang.srt.mem_cache.radix_cache.RadixKey.__init__", ("token_ids", "extra_key", "is_bigram", "limit"),
+               "adapters.prefix.match_prefix"),
+    Parameters("sglang.srt.mem_cache.base_prefix_cache.MatchPrefixParams.__init__", ("key", "req"),
+               "adapters.prefix.match_prefix"),
+    Attributes("sglang.srt.mem_cache.base_prefix_cache.MatchResult", ("device_indices", "cache_protected_len"),
+               "adapters.prefix.match_prefix"),
+    Attributes("sglang.srt.mem_cache.base_prefix_cache.EvictParams", ("num_tokens",), "adapters.prefix.evict"),
+    Assigns("sglang.srt.mem_cache.radix_cache.RadixCache.__init__",
+            ("disable", "req_to_token_pool", "token_to_kv_pool_allocator", "is_eagle", "disable_finished_insert"),
+            "adapters.prefix"),
+    Assigns("sglang.srt.mem_cache.radix_cache.RadixCache.reset", ("root_node",), "adapters.prefix.newly_shared"),
+    Assigns("sglang.srt.mem_cache.radix_cache.TreeNode.__init__", ("key", "parent", "lock_ref"),
+            "adapters.prefix.newly_shared"),
+    Assigns("sglang.srt.managers.schedule_batch.Req.__init__",
+            ("origin_input_ids", "extra_key", "cache_protected_len", "prefix_indices", "last_node"), "adapters.prefix"),
     # packed prefill
     Parameters("sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner.__init__",
                ("model_runner",), "adapters.prefill.prefill_graph_runner_init"),

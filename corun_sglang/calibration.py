@@ -328,7 +328,9 @@ def serve(args: Any, folder: Path, entry: dict, source: str) -> Calibration:
         found.tiers = entry["tiers"]
     else:
         found.why["tiers"] = str(entry.get("tiers"))
-    if isinstance(entry.get("pack"), int) and (folder / PACK_FILE).exists():
+    if getattr(args, "corun_prefix_cache", False):
+        found.why["pack"] = "--corun-prefix-cache prefills every prompt on its grid, never in packs"
+    elif isinstance(entry.get("pack"), int) and (folder / PACK_FILE).exists():
         args.corun_prefill_pack = str(folder / PACK_FILE)
         if not args.corun_prefill_pack_wait:
             args.corun_prefill_pack_wait = PACK_WAIT

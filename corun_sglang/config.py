@@ -10,7 +10,9 @@ Invariants of a configuration that ``resolve()`` accepts:
   the decode tiers below N (``corun_sglang.tiers``; none unless given), with
   padding (a smaller batch replays the smallest graph that holds it);
 - prefill and decode never share a batch (no mixed chunk), and the radix cache
-  is off (a cache hit would change the prefill shape of a request);
+  is off (a cache hit would change the prefill shape of a request), or, with
+  ``--corun-prefix-cache``, on with every prompt's prefill chunked on the grid of
+  ``corun_sglang.prefix_cache`` and only the hits that grid makes exact served (no prefill pack);
 - a prefill batch holds one request, or, with a prefill pack (``corun_sglang.packing``), packable
   prompts only, on SGLang's breakable prefill graph, which captures no token count below the pack;
   without a pack, prefill runs eagerly or on the breakable graph (``PREFILL_GRAPH_BACKENDS``);
@@ -156,8 +158,18 @@ TIER_RECORD_ATTR = "_corun_tier_record"
 PACK_RECORD_ATTR = "_corun_pack_record"
 
 
+def prefix_grid(args: Any) -> int | None:
+    """The prefill grid of ``--corun-prefix-cache`` (``prefix_cache.GRID``), or None without it."""
+    from corun_sglang.prefix_cache import GRID
+
+    return GRID if getattr(args, "corun_prefix_cache", False) else None
+
+
 def prefill_pack(args: Any) -> int | None:
-    """The prefill pack size: a verified record's, or an unverified candidate's, or None (isolated prefill)."""
+    """The prefill pack size: a verified record's, or an unverified candidate's, or None (isolated prefill).
+    With ``--corun-prefix-cache`` none: its prefills run on its grid (``refusals`` names a pack given)."""
+    if prefix_grid(args) is not None:
+        return None
     record = getattr(args, PACK_RECORD_ATTR, None)
     if record is not None:
         return record.pack
@@ -370,6 +382,26 @@ REFUSALS: tuple[Refusal, ...] = (
         "drop the prefill graph token counts",
     ),
     Refusal(
+        "--corun-prefill-pack / --corun-prefill-pack-candidate (with --corun-prefix-cache)",
+        lambda a: prefix_grid(a) is not None and bool(getattr(a, "corun_prefill_pack", None)
+                                                      or getattr(a, "corun_prefill_pack_candidate", None)),
+        "the prefix cache prefills every prompt in chunks on its grid, which a pack of several prompts would "
+        "break",
+        "drop the prefill pack, or --corun-prefix-cache",
+    ),
+    Refusal(
+        "--chunked-prefill-size (with --corun-prefix-cache)",
+        lambda a: prefix_grid(a) is not None and a.chunked_prefill_size not in (None, prefix_grid(a)),
+        "the prefix cache's prefill chunks are its grid (1,024 tokens), so a hit repeats the cold run's chunks",
+        "drop --chunked-prefill-size",
+    ),
+    Refusal(
+        "--disable-radix-cache (with --corun-prefix-cache)",
+        lambda a: prefix_grid(a) is not None and bool(a.disable_radix_cache),
+        "the prefix cache is SGLang's radix cache, serving only the hits its grid makes exact",
+        "drop --disable-radix-cache, or --corun-prefix-cache",
+    ),
+    Refusal(
         "--enable-pdmux",
         lambda a: bool(a.enable_pdmux),
         "prefill-decode multiplexing runs prefill and decode on split streams with "
@@ -461,7 +493,8 @@ def defaults(args: Any) -> dict[str, Any]:
         "cuda_graph_bs_decode": decode_sizes(args),
         "cuda_graph_max_bs_decode": n,
         "prefill_max_requests": PREFILL_REQUESTS_PER_BATCH if prefill_pack(args) is None else None,
-        "disable_radix_cache": True,
+        "disable_radix_cache": prefix_grid(args) is None,
+        **({} if prefix_grid(args) is None else {"chunked_prefill_size": prefix_grid(args)}),
         "attention_backend": ATTENTION_BACKEND,
         "sampling_backend": SAMPLING_BACKEND,
         "random_seed": DEFAULT_RANDOM_SEED if args.random_seed is None else args.random_seed,
@@ -491,6 +524,7 @@ class CorunConfig:
     prefill_pack_kernel: str | None = None
     prefill_pack_verified: bool = False
     prefill_pack_wait: int = 0
+    prefix_grid: int | None = None  # --corun-prefix-cache: its prefill grid (prefix_cache.GRID), else None
     tier_record: Any = None  # tiers.Record
     pack_record: Any = None  # pack_record.Record
     calibration: Any = None  # calibration.Calibration.as_info(): what calibration served and why
@@ -537,6 +571,12 @@ class CorunConfig:
             return "padded to the smallest that holds a batch; tiers verified by --corun-decode-tiers"
         return "padded to the smallest that holds a batch; UNVERIFIED tier candidates, not deterministic"
 
+    def _cache(self) -> str:
+        if self.prefix_grid is None:
+            return "radix_cache=off"
+        return (f"prefix_cache=on (prefill on a {self.prefix_grid}-token grid, then the last token alone; hits on "
+                "the grid, and of all but the last token for identical prompts)")
+
     def summary(self) -> str:
         """One log line with every shape decision."""
         return (
@@ -545,7 +585,7 @@ class CorunConfig:
             f"chunked_prefill_size={self.chunked_prefill_size}, page_size={self.page_size}, "
             f"attention={self.attention_backend} (no split-KV decode), "
             f"sampling={self.sampling_backend}, random_seed={self.random_seed}, "
-            f"moe_padding={self.moe_padding}, radix_cache=off, mixed_chunk=off, batch_invariant_ops=off"
+            f"moe_padding={self.moe_padding}, {self._cache()}, mixed_chunk=off, batch_invariant_ops=off"
         )
 
 
@@ -597,8 +637,17 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
     fused = getattr(args, "flashinfer_allreduce_fusion_backend", None)
     if fused is not None:
         problems.append(f"all-reduce resolved to FlashInfer's fused all-reduce ('{fused}'), not NCCL's tree")
-    if not args.disable_radix_cache:
+    grid = prefix_grid(args)
+    if grid is None and not args.disable_radix_cache:
         problems.append("the radix cache is on; --corun needs it off (--disable-radix-cache)")
+    if grid is not None:
+        if args.disable_radix_cache:
+            problems.append("--corun-prefix-cache: the radix cache resolved to off")
+        if args.chunked_prefill_size != grid:
+            problems.append(f"--corun-prefix-cache: chunked_prefill_size resolved to {args.chunked_prefill_size}, "
+                            f"not its grid of {grid}")
+        if (args.page_size or 1) != 1:
+            problems.append(f"--corun-prefix-cache: page_size resolved to {args.page_size}; its chunk ends need 1")
     if args.sampling_backend != SAMPLING_BACKEND:
         problems.append(
             f"sampling backend resolved to '{args.sampling_backend}', not '{SAMPLING_BACKEND}'"
@@ -644,6 +693,7 @@ def resolve(args: Any, attention_backends: tuple[str, str], shortest: int | None
         prefill_pack_kernel=prefill_kernel,
         prefill_pack_verified=getattr(args, PACK_RECORD_ATTR, None) is not None,
         prefill_pack_wait=getattr(args, "corun_prefill_pack_wait", 0) or 0,
+        prefix_grid=prefix_grid(args),
         tier_record=getattr(args, TIER_RECORD_ATTR, None),
         pack_record=getattr(args, PACK_RECORD_ATTR, None),
     )

@@ -36,7 +36,9 @@ def configuration(cfg: Any, prefill_graph_sizes: Sequence[int] | None = None,
                   default_max_new_tokens: int | None = None) -> dict[str, Any]:
     """The resolved ``--corun`` configuration of ``cfg`` (a ``config.CorunConfig``) that can change a
     request's tokens or logprobs, with its records and whether each was verified."""
+    grid = getattr(cfg, "prefix_grid", None)
     return {
+        **({} if grid is None else {"prefix cache grid": grid}),
         "N": cfg.decode_batch_size,
         "decode tiers": list(cfg.decode_tiers),
         "decode tiers verified": cfg.decode_tiers_verified,

@@ -62,6 +62,16 @@ HOOKS: tuple[Hook, ...] = (
         HookType.AROUND,
         "corun_sglang.adapters.admission:add_one_req",
     ),
+    # the deterministic prefix cache (--corun-prefix-cache)
+    *(Hook(f"sglang.srt.mem_cache.radix_cache.RadixCache.{name}", HookType.AROUND,
+           f"corun_sglang.adapters.prefix:{name}")
+      for name in ("match_prefix", "cache_unfinished_req", "cache_finished_req", "evict", "evictable_size",
+                   "protected_size")),
+    Hook(
+        "sglang.srt.managers.schedule_policy.PrefillAdder.add_chunked_req",
+        HookType.AROUND,
+        "corun_sglang.adapters.prefix:add_chunked_req",
+    ),
     # packed prefill (--corun-prefill-pack, --corun-prefill-pack-wait)
     Hook(
         "sglang.srt.managers.scheduler.Scheduler.get_new_batch_prefill",

@@ -22,6 +22,8 @@ USED = "corun_kv_used_tokens"
 POOL = "corun_kv_pool_tokens"
 WAITING = "corun_requests_waiting_for_kv"
 WAITING_ISOLATION = "corun_requests_waiting_for_isolation"
+SHARED = "corun_kv_shared_tokens"
+CACHED = "corun_kv_cached_tokens"
 STOPS = "corun_contract_stops"  # a counter: exported as corun_contract_stops_total
 DECODE_STEPS = "corun_decode_steps"  # a counter by graph_size
 PADDED_SLOTS = "corun_decode_padded_slots"  # a counter
@@ -38,6 +40,12 @@ _GAUGES = (
     (WAITING_ISOLATION, "waiting_for_isolation",
      "Waiting requests that fit the KV pool and a free slot of N, held back only because a prefill runs one "
      "request (or one pack) at a time."),
+    (SHARED, "shared_tokens",
+     "--corun-prefix-cache: KV tokens of cached prompt prefixes that running requests hold, counted once for all "
+     "who share them (not in their reservations)."),
+    (CACHED, "cached_tokens",
+     "--corun-prefix-cache: KV tokens of cached prompt prefixes no running request holds, evicted when the pool "
+     "needs them."),
 )
 
 

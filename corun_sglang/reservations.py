@@ -27,20 +27,24 @@ class Snapshot:
     pool_tokens: int  # the KV pool
     waiting_for_kv: int  # waiting requests whose reservation does not fit beside the admitted ones
     waiting_for_isolation: int  # waiting requests that would fit now but for one prefill at a time
+    shared_tokens: int = 0  # prefix cache: KV tokens running requests share (counted once, not reserved)
+    cached_tokens: int = 0  # prefix cache: KV tokens cached for later hits that no running request holds
 
 
 def snapshot(admitted: Iterable[int], waiting: Iterable[int], pool_tokens: int, free_tokens: int,
-             max_running: int) -> Snapshot:
+             max_running: int, shared_tokens: int = 0, cached_tokens: int = 0) -> Snapshot:
     """The pool's numbers from the reservations of the ``admitted`` and ``waiting`` requests.
 
     A waiting request waits for KV when its reservation does not fit beside the admitted ones
     (``policy.admits`` refuses it for KV); it waits for isolation when it fits and fewer than
     ``max_running`` (N) run, so only the prefill taking one request (or one pack) at a time holds it back.
+    With the prefix cache, reservations leave out the KV running requests share (``shared_tokens``), which
+    the pool holds once beside them; cached KV no one holds is evicted on demand and holds nothing back.
     At most the free slots, ``max_running`` less the admitted, count as waiting for isolation: the rest
     wait for N."""
     admitted = list(admitted)
     reserved = sum(admitted)
-    room = pool_tokens - reserved
+    room = pool_tokens - reserved - shared_tokens
     waiting = list(waiting)
     fits = sum(1 for w in waiting if w <= room)
     return Snapshot(
@@ -49,6 +53,8 @@ def snapshot(admitted: Iterable[int], waiting: Iterable[int], pool_tokens: int, 
         pool_tokens=pool_tokens,
         waiting_for_kv=len(waiting) - fits,
         waiting_for_isolation=min(fits, max(0, max_running - len(admitted))),
+        shared_tokens=shared_tokens,
+        cached_tokens=cached_tokens,
     )
 
 

@@ -102,6 +102,15 @@ class CorunServerArgs(SGLangServerArgs):
         "before it are unchanged). Unset: SGLang's own, the rest of the context.",
     ] = None
 
+    corun_prefix_cache: A[
+        bool,
+        "With --corun: a prefix cache whose hits give the cold run's tokens and logprobs, bit for bit. Every "
+        "prompt prefills in chunks on a fixed grid of 1,024 tokens from its start, then up to its second-to-last "
+        "token, then its last token alone; the cache serves hits that end on that grid (any prompt sharing "
+        "those tokens) and hits of all but the last token (prompts identical up to their last token: an RL "
+        "group or n > 1 prefills once). Replaces the prefill pack. Off until the determinism suite verifies it.",
+    ] = False
+
     corun_calibrate: A[
         Literal["auto", "off", "force"],
         "With --corun: 'auto' serves the decode tiers and prefill pack verified for this model, GPU, software "
@@ -130,6 +139,11 @@ class CorunServerArgs(SGLangServerArgs):
             raise config.CorunConfigError(
                 ["--corun-prefill-pack / --corun-prefill-pack-candidate / --corun-prefill-pack-wait: packed "
                  "prefill is part of --corun. Fix: add --corun, or drop them"]
+            )
+        if not self.corun and self.corun_prefix_cache:
+            raise config.CorunConfigError(
+                ["--corun-prefix-cache: the deterministic prefix cache is part of --corun. Fix: add --corun, or drop "
+                 "--corun-prefix-cache (SGLang's own radix cache is on by default without --corun)"]
             )
         if not self.corun and (self.corun_decode_tiers or self.corun_decode_tier_candidates):
             raise config.CorunConfigError(

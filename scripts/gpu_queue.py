@@ -10,7 +10,7 @@ usage (here, in the repository root):
     scripts/gpu_queue.py call ID                  the command of the device call that runs chunk ID
     scripts/gpu_queue.py ingest ID FILES_AT       files what came back under the chunk's results folder
     scripts/gpu_queue.py page                     rewrites docs/results/queue.md (every chunk: current,
-                                                  stale or pending)
+                                                  stale or pending) for the runtime staged in the index
     scripts/gpu_queue.py local PATTERN...         on a GPU host with the project installed and time to spare:
                                                   runs the pending chunks whose ids match (fnmatch), in
                                                   order, each exec then ingest
@@ -140,11 +140,13 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def runtime_hash(rev: str = "HEAD") -> str:
-    """The runtime's identity at ``rev``: git's tree ids of ``RUNTIME_PATHS``, joined and shortened."""
+def runtime_hash(rev: str | None = "HEAD") -> str:
+    """The runtime's identity at ``rev`` (None: in the index, what the next commit holds): git's tree ids of
+    ``RUNTIME_PATHS``, joined and shortened."""
     import hashlib
 
-    trees = "".join(_git("rev-parse", f"{rev}:{p}") for p in RUNTIME_PATHS)
+    trees = "".join(_git("rev-parse", f"{rev}:{p}") if rev else _git("write-tree", f"--prefix={p}/")
+                    for p in RUNTIME_PATHS)
     return hashlib.sha256(trees.encode()).hexdigest()[:12]
 
 
@@ -515,7 +517,8 @@ def main(argv: list[str] | None = None) -> int:
                        args.limit_s)
     if args.verb == "install":
         return install(args.fa3)
-    runtime = runtime_hash()
+    # pages are written for the next commit (the index: stage the runtime first); runs name HEAD's
+    runtime = runtime_hash(None if args.verb in ("page", "ingest") else "HEAD")
     records = {c.id: record_of(c) for c in chunks}
     if args.verb == "pending":
         for c, why in pending(chunks, records, runtime):

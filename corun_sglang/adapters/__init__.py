@@ -1,7 +1,7 @@
 """Thin hook adapters, one module per concern; each adapter is named once in ``hooks.HOOKS``.
 
 Every adapter reads SGLang state, hands the decision to a pure function (``policy``, ``packing``,
-``decode_grid``, ``moe_padding``, ``seeds``, ``requests_check``, ``reservations``, ``records``,
+``decode_grid``, ``moe_padding``, ``prefix_cache``, ``seeds``, ``requests_check``, ``reservations``, ``records``,
 ``fingerprint``, ``responses``) and acts on the answer. Without ``--corun`` each is a pass-through: SGLang behaves as it does without corun-sglang.
 State an adapter keeps about an SGLang object lives in a ``weakref.WeakKeyDictionary`` (or, for objects
 that do not hash, a ``state.IdentityMap``) of the module that owns it, never on the object.
@@ -11,6 +11,7 @@ that do not hash, a ``state.IdentityMap``) of the module that owns it, never on 
 - ``admission``: chunk budget, full-sequence admission, the prefill pack wait, no retraction,
   the default ``max_new_tokens``;
 - ``prefill``: packed prefill (graphs, replay, eager stop, plans, LM head rows);
+- ``prefix``: the deterministic prefix cache (grid hits, stored tails, their eviction and counts);
 - ``decode``: fixed-shape decode without split-KV, the surplus blocks of a graph's plan;
 - ``moe``: MoE padding rows kept out of the experts;
 - ``seeds``: request-bound seeds, in the batch and per request, ``n > 1`` children;

@@ -3,6 +3,8 @@
 Invariants:
 - under ``--corun`` a waiting request is admitted only when ``policy.admits`` its whole sequence, into an
   empty prefill batch or, with a prefill pack, into one of packable prompts it joins (``packing.joins``);
+  with the prefix cache, the KV its prompt shares is reserved once for all its sharers (the pool less the
+  shared tokens, ``adapters.prefix``), and its first chunk ends on its own chunk boundary;
 - a chunk of a chunked prefill is ``policy.chunk_budget`` long, whatever memory is free;
 - a scheduler skips at most ``prefill_pack_wait`` prefills in a row (``packing.cut_short``); the count of
   each scheduler lives in ``_waited``, never on the scheduler;
@@ -14,7 +16,7 @@ from __future__ import annotations
 import weakref
 
 from corun_sglang import packing, policy
-from corun_sglang.adapters import state
+from corun_sglang.adapters import prefix, state
 from corun_sglang.stops import CorunContractError
 
 #: How many prefills in a row each SGLang ``Scheduler`` skipped for its pack (``prefill_wait``).
@@ -47,14 +49,22 @@ def add_one_req(original, self, req, *args, **kwargs):
     ):
         return AddReqResult.OTHER
     running = [*([] if self.running_batch is None else self.running_batch.reqs), *self.can_run_list]
+    shared = 0
+    if cfg.prefix_grid is not None:  # shared KV counted once; the first chunk ends on its boundary
+        shared = prefix.shared_tokens(self.tree_cache) + prefix.newly_shared(self.tree_cache, req)
+        if self.rem_chunk_tokens is not None:
+            self.rem_chunk_tokens = min(self.rem_chunk_tokens, prefix.first_chunk(req))
     if not policy.admits(
         candidate=state.reserved(req, self.page_size),
         running=[state.reserved(r, self.page_size) for r in running],
-        pool_tokens=self.token_to_kv_pool_allocator.size,
+        pool_tokens=self.token_to_kv_pool_allocator.size - shared,
         max_running=self.max_running_requests,
     ):
         return AddReqResult.NO_TOKEN
-    return original(self, req, *args, **kwargs)
+    result = original(self, req, *args, **kwargs)
+    if cfg.prefix_grid is not None and self.can_run_list and self.can_run_list[-1] is req:
+        prefix.admitted(self.tree_cache, req)
+    return result
 
 
 def _pack_cut_short(scheduler, running_batch) -> bool:

@@ -97,10 +97,14 @@ def publish_reservations(result, self, *args, **kwargs):
     if scheduler is None:
         return result
     page, pool = scheduler.page_size, scheduler.token_to_kv_pool_allocator
+    cfg = state.config()
+    tree = scheduler.tree_cache if cfg is not None and cfg.prefix_grid is not None else None
     watch.metrics.publish(reservations.snapshot(
         [state.reserved(r, page) for r in _admitted(scheduler)],
         [state.reserved(r, page) for r in scheduler.waiting_queue],
         pool.size, pool.available_size(), scheduler.max_running_requests,
+        shared_tokens=0 if tree is None else tree.protected_size(),
+        cached_tokens=0 if tree is None else tree.evictable_size(),
     ))
     watch.metrics.count(watch.tally.drain())
     return result

@@ -67,8 +67,11 @@ def prompt(req) -> tuple[int, int]:
 
 
 def reserved(req, page_size: int) -> int:
-    """The KV tokens full-sequence admission reserves for a request (``policy.reserved_tokens``)."""
-    return policy.reserved_tokens(len(req.origin_input_ids), req.sampling_params.max_new_tokens, page_size)
+    """The KV tokens full-sequence admission reserves for a request (``policy.reserved_tokens``): its whole
+    sequence less the prompt prefix it does not own (``cache_protected_len``: the prefix cache's tree path
+    and stored tail; 0 without it), which admission counts once for all who share it."""
+    own = len(req.origin_input_ids) - req.cache_protected_len
+    return policy.reserved_tokens(own, req.sampling_params.max_new_tokens, page_size)
 
 
 def environment(model_runner) -> dict:
