@@ -5,9 +5,10 @@ looks up its calibration in a cache folder (``--corun-calibration-dir``, else ``
 ``calibration``, else ``~/.cache/corun-sglang/calibration``) under its ``key``: a digest of the model's
 config, the server's own options (``flags``, with ``--corun-moe-padding`` and without the memory
 budget, ``MEMORY_OPTIONS``), the GPU, CUDA, the BLAS setup and the installed versions,
-and what is calibrated (the tier candidates, the pack). Found, its verdicts are served: the decode tiers
-record (``--corun-decode-tiers``) and the prefill pack record (``--corun-prefill-pack``, waiting up to
-``PACK_WAIT`` decode steps unless ``--corun-prefill-pack-wait`` is given). Not found, or with ``force``,
+and what is calibrated (the tier candidates, the pack). Found, its verdicts are what it serves
+(``Calibration``: the decode tiers record and the prefill pack record, which the start loads,
+``pipeline.records``, a pack waiting up to ``PACK_WAIT`` decode steps unless
+``--corun-prefill-pack-wait`` is given). Not found, or with ``force``,
 the probes run first, side by side on one GPU, each on a candidate server started with this server's
 options (``verify_tiers.verify`` with ``tier_candidates(N)``, ``verify_packing.verify`` with ``PACK``),
 and their verdicts are cached. A probe that fails leaves its part unserved (plain N, isolated prefill:
@@ -44,6 +45,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
+from corun_sglang import config
 
 logger = logging.getLogger(__name__)
 
@@ -200,6 +203,21 @@ class Calibration:
     def as_info(self) -> dict:
         return dataclasses.asdict(self)
 
+    @property
+    def tiers_file(self) -> Path | None:
+        """The decode tiers record served (None: none)."""
+        return None if self.tiers is None else Path(self.folder) / TIERS
+
+    @property
+    def pack_file(self) -> Path | None:
+        """The prefill pack record served (None: none)."""
+        return None if self.pack is None else Path(self.folder) / PACK_FILE
+
+    def refuse(self, part: str, why: str) -> None:
+        """``part`` (``tiers`` or ``pack``) is not served, for ``why``."""
+        setattr(self, part, None)
+        self.why[part] = why
+
 
 @dataclasses.dataclass(frozen=True)
 class Probes:
@@ -320,32 +338,26 @@ def run_probes(folder: Path, model_path: str, n: int, server_flags: list[str], p
     return verdicts
 
 
-def serve(args: Any, folder: Path, entry: dict, source: str) -> Calibration:
-    """Point ``args`` at the entry's records; what is served and why the rest is not."""
+def serve(folder: Path, entry: dict, source: str) -> Calibration:
+    """What an entry serves (its records' files: ``Calibration.tiers_file``, ``pack_file``) and why the rest is
+    not."""
     found = Calibration(source, str(folder), entry.get("seconds"))
     if isinstance(entry.get("tiers"), list) and (folder / TIERS).exists():
-        args.corun_decode_tiers = str(folder / TIERS)
         found.tiers = entry["tiers"]
     else:
         found.why["tiers"] = str(entry.get("tiers"))
-    if getattr(args, "corun_prefix_cache", False):
-        found.why["pack"] = "--corun-prefix-cache prefills every prompt on its grid, never in packs"
-    elif isinstance(entry.get("pack"), int) and (folder / PACK_FILE).exists():
-        args.corun_prefill_pack = str(folder / PACK_FILE)
-        if not args.corun_prefill_pack_wait:
-            args.corun_prefill_pack_wait = PACK_WAIT
+    if isinstance(entry.get("pack"), int) and (folder / PACK_FILE).exists():
         found.pack = entry["pack"]
     else:
         found.why["pack"] = str(entry.get("pack"))
-    for part, why in found.why.items():
-        logger.warning("corun calibration: %s not served: %s", part, why)
     return found
 
 
 def prepare(args: Any, parts: Callable[[], Mapping[str, Any]], gpu: str | None,
             environ: Mapping[str, str] = os.environ, probes: Probes | None = None,
             server_flags: list[str] = ()) -> Calibration:
-    """Before ``args`` resolve: serve the calibration of ``parts()`` (``key``), calibrating first if needed."""
+    """Before ``args`` resolve: what the calibration of ``parts()`` (``key``) serves, calibrating first if needed.
+    ``args`` are read, never written."""
     given = any(getattr(args, name, None) for name in (
         "corun_decode_tiers", "corun_decode_tier_candidates", "corun_prefill_pack", "corun_prefill_pack_candidate"))
     mode = getattr(args, "corun_calibrate", "auto")
@@ -360,11 +372,11 @@ def prepare(args: Any, parts: Callable[[], Mapping[str, Any]], gpu: str | None,
     action = plan(mode, given, gpu, read_entry(folder) is not None)
     if action == "cached":
         logger.info("corun calibration: serving %s", folder)
-        return serve(args, folder, read_entry(folder), "cached")
+        return serve(folder, read_entry(folder), "cached")
     with _locked(root / f"{folder.name}.lock"):
         entry = read_entry(folder) if mode == "auto" else None  # another server may have calibrated meanwhile
         if entry is not None:
-            return serve(args, folder, entry, "cached")
+            return serve(folder, entry, "cached")
         started = time.monotonic()
 
         def say(line: str) -> None:
@@ -372,12 +384,12 @@ def prepare(args: Any, parts: Callable[[], Mapping[str, Any]], gpu: str | None,
 
         say(f"first start in this environment: calibrating into {folder} (each probe starts its own server, "
             "side by side)")
-        n = getattr(args, "max_running_requests", None) or parts.get("n") or 256
+        n = config.batch_size(args)
         verdicts = run_probes(folder, args.model_path, n, list(server_flags), probes or default_probes(), say)
         entry = {"format": FORMAT, "key": folder.name, "parts": dict(parts), **verdicts}
         _write_json(folder / ENTRY, entry)
         say(f"done in {verdicts['seconds']} s: tiers {verdicts['tiers']}, pack {verdicts['pack']}")
-        return serve(args, folder, entry, "calibrated")
+        return serve(folder, entry, "calibrated")
 
 
 def gpu_name(environ: Mapping[str, str] = os.environ) -> str | None:
@@ -419,7 +431,7 @@ def key_parts(args: Any, server_flags: list[str], gpu: str | None) -> dict:
 
     from corun_sglang import records
 
-    n = getattr(args, "max_running_requests", None) or 256
+    n = config.batch_size(args)
     return {
         "format": FORMAT,
         "model": records.model_digest(model_config(args)),

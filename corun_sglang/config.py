@@ -1,9 +1,8 @@
-"""What ``--corun`` sets, what it refuses, and the frozen configuration it resolves to.
+"""What ``--corun`` sets and the frozen configuration it resolves to (what it refuses: ``refusals``).
 
-Pure functions over an object with SGLang's ``ServerArgs`` attributes; nothing
-here imports SGLang or mutates its argument. The adapter in ``server_args.py``
-applies ``defaults()`` before SGLang resolves its options and ``resolve()``
-after, so that every decision below can be tested on plain objects.
+Pure functions over an object with SGLang's ``ServerArgs`` attributes and the ``Records`` a server serves;
+nothing here imports SGLang or mutates its argument. The start (``pipeline.build``) applies ``defaults`` before
+SGLang resolves its options and ``freeze`` after, so that every decision below can be tested on plain objects.
 
 Invariants of a configuration that ``resolve()`` accepts:
 - decode runs CUDA graphs only, of batch size N = ``max_running_requests`` and of
@@ -112,27 +111,34 @@ class CorunConfigError(ValueError):
         )
 
 
+def batch_size(args: Any) -> int:
+    """N, the decode graph's batch size: ``--max-running-requests``, else ``DEFAULT_MAX_RUNNING_REQUESTS``."""
+    return args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
+
+
 @dataclasses.dataclass(frozen=True)
-class Refusal:
-    """An option ``--corun`` refuses: ``applies(args)`` is true when it is set."""
+class Records:
+    """The decode tiers and the prefill pack a server serves: verified records (``tiers.Record``,
+    ``pack_record.Record``, given or calibrated) or unverified candidates (for the probes), and how long a
+    pack the KV pool cuts short waits. Nothing given: plain N and isolated prefill."""
 
-    option: str
-    applies: Callable[[Any], bool]
-    why: str
-    fix: str
+    tier_record: Any = None
+    tier_candidates: tuple[int, ...] = ()
+    pack_record: Any = None
+    pack_candidate: int | None = None
+    pack_wait: int = 0
 
-    def message(self) -> str:
-        return f"{self.option}: {self.why}. Fix: {self.fix}."
+    @property
+    def decode_tiers(self) -> tuple[int, ...]:
+        return tuple(self.tier_record.tiers) if self.tier_record is not None else tuple(self.tier_candidates)
+
+    @property
+    def pack(self) -> int | None:
+        return self.pack_record.pack if self.pack_record is not None else self.pack_candidate
 
 
-def _attention_backends_given(args: Any) -> set:
-    return {
-        getattr(args, name, None)
-        for name in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
-    } - {None}
-
-
-def _graph_json(args: Any, phase: str) -> dict:
+def graph_json(args: Any, phase: str) -> dict:
+    """The ``--cuda-graph-config`` settings of ``phase`` (``prefill`` or ``decode``), as a dict."""
     cfg = getattr(args, "cuda_graph_config", None)
     if cfg is None:
         return {}
@@ -143,21 +149,6 @@ def _graph_json(args: Any, phase: str) -> dict:
     return {}
 
 
-def _prefill_graph_unverified(args: Any) -> bool:
-    """The user asked for a prefill CUDA graph backend outside ``PREFILL_GRAPH_BACKENDS``."""
-    backend = getattr(args, "cuda_graph_backend_prefill", None) or _graph_json(args, "prefill").get("backend")
-    return backend is not None and backend not in PREFILL_GRAPH_BACKENDS
-
-
-#: The attribute of a server's args that holds its verified decode tiers record (``tiers.Record``) from
-#: loading it to ``resolve()``, which puts it into ``CorunConfig.tier_record``; ``server_args`` alone
-#: sets it and drops it once resolved.
-TIER_RECORD_ATTR = "_corun_tier_record"
-
-#: As ``TIER_RECORD_ATTR``, for the verified prefill pack record (``pack_record.Record``).
-PACK_RECORD_ATTR = "_corun_pack_record"
-
-
 def prefix_grid(args: Any) -> int | None:
     """The prefill grid of ``--corun-prefix-cache`` (``prefix_cache.GRID``), or None without it."""
     from corun_sglang.prefix_cache import GRID
@@ -165,299 +156,37 @@ def prefix_grid(args: Any) -> int | None:
     return GRID if getattr(args, "corun_prefix_cache", False) else None
 
 
-def prefill_pack(args: Any) -> int | None:
-    """The prefill pack size: a verified record's, or an unverified candidate's, or None (isolated prefill).
-    With ``--corun-prefix-cache`` none: its prefills run on its grid (``refusals`` names a pack given)."""
-    if prefix_grid(args) is not None:
-        return None
-    record = getattr(args, PACK_RECORD_ATTR, None)
-    if record is not None:
-        return record.pack
-    return getattr(args, "corun_prefill_pack_candidate", None) or None
-
-
-def _prefill_bs_conflict(args: Any) -> bool:
-    """Prefill graph token counts were given that capture a count below the pack."""
-    from corun_sglang.packing import graph_counts
-
-    pack = prefill_pack(args)
-    given = [args.cuda_graph_bs_prefill, _graph_json(args, "prefill").get("bs")]
-    return pack is not None and any(bs is not None and list(bs) != graph_counts(bs, pack) for bs in given)
-
-
-def _prefill_graph_off(args: Any) -> bool:
-    backend = getattr(args, "cuda_graph_backend_prefill", None) or _graph_json(args, "prefill").get("backend")
+def prefill_graph_off(args: Any) -> bool:
+    """The user runs prefill eagerly (no prefill CUDA graph)."""
+    backend = getattr(args, "cuda_graph_backend_prefill", None) or graph_json(args, "prefill").get("backend")
     return bool(getattr(args, "disable_cuda_graph", False) or getattr(args, "disable_prefill_cuda_graph", False)
                 or backend == "disabled")
 
 
-def decode_tiers(args: Any) -> tuple[int, ...]:
-    """The decode graph sizes below N: a verified record's tiers, or unverified candidates, or none."""
-    record = getattr(args, TIER_RECORD_ATTR, None)
-    if record is not None:
-        return tuple(record.tiers)
-    candidates = getattr(args, "corun_decode_tier_candidates", None)
-    if candidates:
-        from corun_sglang.tiers import TiersError, parse_sizes
-
-        try:
-            return tuple(parse_sizes(candidates))
-        except TiersError:  # reported by the server args' own check
-            return ()
-    return ()
-
-
-def decode_sizes(args: Any) -> list[int]:
+def decode_sizes(args: Any, records: Records) -> list[int]:
     """Every decode graph size a ``--corun`` server captures: its tiers, then N."""
     from corun_sglang.tiers import capture_sizes
 
-    return capture_sizes(decode_tiers(args), args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS)
+    return capture_sizes(records.decode_tiers, batch_size(args))
 
 
-def _decode_sizes_conflict(args: Any) -> bool:
-    n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
-    sizes = decode_sizes(args)
-    given = [
-        ("bs", args.cuda_graph_bs_decode),
-        ("max_bs", args.cuda_graph_max_bs_decode),
-        ("bs", _graph_json(args, "decode").get("bs")),
-        ("max_bs", _graph_json(args, "decode").get("max_bs")),
-    ]
-    for key, value in given:
-        if value is None:
-            continue
-        if key == "bs" and list(value) != sizes:
-            return True
-        if key == "max_bs" and value != n:
-            return True
-    return False
+def unservable_pack(args: Any) -> str | None:
+    """Why a calibrated prefill pack cannot be served with ``args`` (None: it can): the prefix cache prefills on
+    its grid; a pack pads in the breakable prefill graph, so it needs one, capturing no count below the pack."""
+    if prefix_grid(args) is not None:
+        return "--corun-prefix-cache prefills every prompt on its grid, never in packs"
+    if prefill_graph_off(args):
+        return "prefill runs without a CUDA graph, and a pack pads in the breakable prefill graph"
+    if args.cuda_graph_bs_prefill is not None or graph_json(args, "prefill").get("bs") is not None:
+        return "the prefill graph token counts are given, and a pack captures its own"
+    return None
 
 
-def _decode_graph_off(args: Any) -> bool:
-    backend = args.cuda_graph_backend_decode or _graph_json(args, "decode").get("backend")
-    return bool(
-        getattr(args, "disable_cuda_graph", False)
-        or args.disable_decode_cuda_graph
-        or (backend is not None and backend != "full")
-    )
-
-
-REFUSALS: tuple[Refusal, ...] = (
-    Refusal(
-        "--max-running-requests",
-        lambda a: a.max_running_requests is not None and a.max_running_requests < 1,
-        "N, the decode graph's batch size, is the number of requests that run at once: 1 or more",
-        f"pass 1 or more, or leave it unset for {DEFAULT_MAX_RUNNING_REQUESTS}",
-    ),
-    Refusal(
-        "--enable-deterministic-inference",
-        lambda a: bool(a.enable_deterministic_inference),
-        "SGLang's batch-invariant mode and --corun are alternative ways to determinism; "
-        "--corun replaces the slow batch-invariant kernels and cannot run on top of them",
-        "pass only one of --corun and --enable-deterministic-inference",
-    ),
-    Refusal(
-        "--rl-on-policy-target",
-        lambda a: a.rl_on_policy_target is not None,
-        "it switches on SGLang's batch-invariant mode (--enable-deterministic-inference)",
-        "drop --rl-on-policy-target, or drop --corun",
-    ),
-    Refusal(
-        "--enable-mixed-chunk",
-        lambda a: bool(a.enable_mixed_chunk),
-        "mixed chunk puts prefill tokens into decode batches, so a decode step's shape "
-        "would depend on which prompts arrive",
-        "remove --enable-mixed-chunk",
-    ),
-    Refusal(
-        "--speculative-algorithm",
-        lambda a: a.speculative_algorithm is not None,
-        "speculative decoding verifies a data-dependent number of tokens per step, "
-        "so decode shapes vary with co-runners",
-        "remove the --speculative-* options",
-    ),
-    Refusal(
-        "--enable-dp-attention",
-        lambda a: bool(a.enable_dp_attention),
-        "data-parallel attention runs the MLP of every rank's requests as one batch, so a request's "
-        "shapes depend on the requests of the other ranks",
-        "remove --enable-dp-attention; for more throughput, run identical --corun replicas behind "
-        "SGLang's router (docs/deployment.md)",
-    ),
-    Refusal(
-        "--dp-size",
-        lambda a: (a.dp_size or 1) > 1,
-        "SGLang's data-parallel controller (one scheduler per rank behind one server) has not run under "
-        "--corun on a GPU: its calibration, records and contract stops are verified for one scheduler",
-        "use --dp-size 1 and run identical --corun replicas, one per GPU or TP group, behind SGLang's "
-        "router (docs/deployment.md)",
-    ),
-    Refusal(
-        "--disaggregation-mode",
-        lambda a: (a.disaggregation_mode or "null") != "null",
-        "PD disaggregation is not covered by the CoRun contract yet",
-        "run a single colocated server (--disaggregation-mode null)",
-    ),
-    Refusal(
-        "--pp-size",
-        lambda a: (a.pp_size or 1) > 1,
-        "pipeline parallelism interleaves micro-batches whose shapes depend on co-runners",
-        "use --pp-size 1",
-    ),
-    Refusal(
-        "--tp-size",
-        lambda a: (a.tp_size or 1) not in TP_SIZES_VERIFIED,
-        "only the tensor-parallel sizes whose fixed-order all-reduce has been verified on GPUs "
-        f"are served ({sorted(TP_SIZES_VERIFIED)})",
-        f"use --tp-size {max(TP_SIZES_VERIFIED)} or less",
-    ),
-    Refusal(
-        "--enable-nccl-nvls / --enable-symm-mem / --enable-mscclpp / --enable-torch-symm-mem / "
-        "--enable-quant-communications / --enable-fused-moe-sum-all-reduce",
-        lambda a: any(getattr(a, f, False) for f in CUSTOM_COLLECTIVES),
-        "these collectives choose their reduction order by message size and topology",
-        "remove them; --corun runs every all-reduce on NCCL's tree algorithm",
-    ),
-    Refusal(
-        "--enable-two-batch-overlap / --enable-single-batch-overlap",
-        lambda a: bool(a.enable_two_batch_overlap) or bool(a.enable_single_batch_overlap),
-        "batch overlap splits a batch into micro-batches whose sizes depend on co-runners",
-        "remove the batch-overlap options",
-    ),
-    Refusal(
-        "--disable-cuda-graph / --disable-decode-cuda-graph / --cuda-graph-backend-decode",
-        _decode_graph_off,
-        "fixed-shape decode replays one full CUDA graph of size N every step; eager decode "
-        "would run at the batch's own size",
-        "keep the decode CUDA graph on (backend 'full')",
-    ),
-    Refusal(
-        "--cuda-graph-backend-prefill",
-        _prefill_graph_unverified,
-        "only eager prefill and SGLang's breakable prefill graphs are verified under --corun",
-        "drop --cuda-graph-backend-prefill (or set it to 'breakable' or 'disabled')",
-    ),
-    Refusal(
-        "--disable-cuda-graph-padding",
-        lambda a: bool(a.disable_cuda_graph_padding),
-        "a decode batch smaller than N must be padded to N and replay the one graph",
-        "remove --disable-cuda-graph-padding",
-    ),
-    Refusal(
-        "--cuda-graph-bs-decode / --cuda-graph-max-bs-decode",
-        _decode_sizes_conflict,
-        "--corun captures the decode graph of size N = --max-running-requests and the "
-        "verified tiers of --corun-decode-tiers, no other",
-        "drop the decode graph sizes (use --corun-decode-tiers for smaller verified graphs)",
-    ),
-    Refusal(
-        "--corun-decode-tiers / --corun-decode-tier-candidates",
-        lambda a: bool(getattr(a, "corun_decode_tiers", None)) and bool(getattr(a, "corun_decode_tier_candidates", None)),
-        "a server captures either verified tiers or candidates for verification",
-        "pass only one of them",
-    ),
-    Refusal(
-        "--prefill-max-requests",
-        lambda a: a.prefill_max_requests not in (None, PREFILL_REQUESTS_PER_BATCH),
-        "isolated prefill runs exactly one request per prefill batch (a prefill pack decides which "
-        "prompts share one)",
-        "drop --prefill-max-requests (or set it to 1)",
-    ),
-    Refusal(
-        "--corun-prefill-pack / --corun-prefill-pack-candidate",
-        lambda a: bool(getattr(a, "corun_prefill_pack", None)) and bool(getattr(a, "corun_prefill_pack_candidate", None)),
-        "a server packs either a verified pack size or a candidate for verification",
-        "pass only one of them",
-    ),
-    Refusal(
-        "--disable-prefill-cuda-graph / --cuda-graph-backend-prefill disabled (with a prefill pack)",
-        lambda a: prefill_pack(a) is not None and _prefill_graph_off(a),
-        "a prefill pack pads every packable prefill to the pack size in SGLang's breakable prefill graph",
-        "keep the prefill CUDA graph on, or drop the prefill pack",
-    ),
-    Refusal(
-        "--cuda-graph-bs-prefill (with a prefill pack)",
-        _prefill_bs_conflict,
-        "a prefill pack captures the pack size and SGLang's counts above it, no count below it",
-        "drop the prefill graph token counts",
-    ),
-    Refusal(
-        "--corun-prefill-pack / --corun-prefill-pack-candidate (with --corun-prefix-cache)",
-        lambda a: prefix_grid(a) is not None and bool(getattr(a, "corun_prefill_pack", None)
-                                                      or getattr(a, "corun_prefill_pack_candidate", None)),
-        "the prefix cache prefills every prompt in chunks on its grid, which a pack of several prompts would "
-        "break",
-        "drop the prefill pack, or --corun-prefix-cache",
-    ),
-    Refusal(
-        "--chunked-prefill-size (with --corun-prefix-cache)",
-        lambda a: prefix_grid(a) is not None and a.chunked_prefill_size not in (None, prefix_grid(a)),
-        "the prefix cache's prefill chunks are its grid (1,024 tokens), so a hit repeats the cold run's chunks",
-        "drop --chunked-prefill-size",
-    ),
-    Refusal(
-        "--disable-radix-cache (with --corun-prefix-cache)",
-        lambda a: prefix_grid(a) is not None and bool(a.disable_radix_cache),
-        "the prefix cache is SGLang's radix cache, serving only the hits its grid makes exact",
-        "drop --disable-radix-cache, or --corun-prefix-cache",
-    ),
-    Refusal(
-        "--enable-pdmux",
-        lambda a: bool(a.enable_pdmux),
-        "prefill-decode multiplexing runs prefill and decode on split streams with "
-        "their own graphs",
-        "remove --enable-pdmux",
-    ),
-    Refusal(
-        "--sampling-backend",
-        lambda a: a.sampling_backend not in (None, SAMPLING_BACKEND),
-        "only the corun sampler binds a request's random draws to its seed and position "
-        "(other samplers draw from a batch-wide generator)",
-        f"drop --sampling-backend (or set it to {SAMPLING_BACKEND})",
-    ),
-    Refusal(
-        "--enable-dynamic-chunking",
-        lambda a: bool(getattr(a, "enable_dynamic_chunking", False)),
-        "dynamic chunking sizes prefill chunks by load, so chunk boundaries would depend on "
-        "co-runners",
-        "remove --enable-dynamic-chunking",
-    ),
-    Refusal(
-        "--enable-lora / --lora-paths",
-        lambda a: bool(getattr(a, "enable_lora", None)) or bool(getattr(a, "lora_paths", None)),
-        "LoRA batches select adapter-specific decode graphs, which --corun has not been verified with",
-        "serve without LoRA adapters",
-    ),
-    Refusal(
-        "--enable-return-hidden-states",
-        lambda a: bool(getattr(a, "enable_return_hidden_states", False)),
-        "requests that return hidden states need a decode graph other than the single size-N one",
-        "remove --enable-return-hidden-states",
-    ),
-    Refusal(
-        "--enable-torch-compile",
-        lambda a: bool(getattr(a, "enable_torch_compile", False)),
-        "torch.compile'd decode kernels have not been verified to be position-invariant",
-        "remove --enable-torch-compile",
-    ),
-    Refusal(
-        "--enable-hierarchical-cache",
-        lambda a: bool(getattr(a, "enable_hierarchical_cache", False)),
-        "the hierarchical cache extends the radix cache, which --corun turns off",
-        "remove --enable-hierarchical-cache",
-    ),
-    Refusal(
-        "--attention-backend / --prefill-attention-backend / --decode-attention-backend",
-        lambda a: bool(_attention_backends_given(a) - {ATTENTION_BACKEND}),
-        "only FlashInfer's decode attention has been made free of split-KV under --corun",
-        f"use --attention-backend {ATTENTION_BACKEND} (or leave it unset)",
-    ),
-)
-
-
-def refusals(args: Any) -> list[str]:
-    """Messages for every option in ``args`` that ``--corun`` refuses (empty when none)."""
-    return [r.message() for r in REFUSALS if r.applies(args)]
+def unservable_tiers(args: Any) -> str | None:
+    """Why calibrated decode tiers cannot be served with ``args`` (None: they can): decode graph sizes given."""
+    if args.cuda_graph_bs_decode is not None or graph_json(args, "decode").get("bs") is not None:
+        return "the decode graph sizes are given"
+    return None
 
 
 def moe_padding(args: Any) -> str:
@@ -478,21 +207,22 @@ def skips_moe_padding(args: Any) -> bool:
     return bool(getattr(args, "corun", False)) and moe_padding(args) == "skip"
 
 
-def defaults(args: Any) -> dict[str, Any]:
-    """The option values ``--corun`` sets before SGLang resolves the rest.
+def defaults(args: Any, records: Records) -> dict[str, Any]:
+    """The option values ``--corun`` sets before SGLang resolves the rest, for the decode tiers and prefill
+    pack it serves (``records``).
 
     Only options the user left open are chosen; options the user set in a way
-    that conflicts are reported by ``refusals()`` instead.
+    that conflicts are reported by ``refusals`` instead.
     """
-    n = args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
+    n = batch_size(args)
     tp = ({"disable_custom_all_reduce": True, "enforce_disable_flashinfer_allreduce_fusion": True}
           if (args.tp_size or 1) > 1 else {})
     return {
         **tp,
         "max_running_requests": n,
-        "cuda_graph_bs_decode": decode_sizes(args),
+        "cuda_graph_bs_decode": decode_sizes(args, records),
         "cuda_graph_max_bs_decode": n,
-        "prefill_max_requests": PREFILL_REQUESTS_PER_BATCH if prefill_pack(args) is None else None,
+        "prefill_max_requests": PREFILL_REQUESTS_PER_BATCH if records.pack is None else None,
         "disable_radix_cache": prefix_grid(args) is None,
         **({} if prefix_grid(args) is None else {"chunked_prefill_size": prefix_grid(args)}),
         "attention_backend": ATTENTION_BACKEND,
@@ -525,6 +255,8 @@ class CorunConfig:
     prefill_pack_verified: bool = False
     prefill_pack_wait: int = 0
     prefix_grid: int | None = None  # --corun-prefix-cache: its prefill grid (prefix_cache.GRID), else None
+    prefill_graph_sizes: tuple[int, ...] | None = None  # the prefill CUDA graph's token counts, as resolved
+    default_max_new_tokens: int | None = None  # --corun-default-max-new-tokens
     tier_record: Any = None  # tiers.Record
     pack_record: Any = None  # pack_record.Record
     calibration: Any = None  # calibration.Calibration.as_info(): what calibration served and why
@@ -600,27 +332,40 @@ def collective_env(args: Any, environ: dict) -> tuple[dict, list[str]]:
     return dict(NCCL_ENV), conflicts
 
 
-def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
-    """Contract violations in a *resolved* configuration.
+#: Resolved options that switch on what ``--corun`` refuses (``refusals``), should SGLang's resolution turn one
+#: on by itself (a model override, a platform fallback): each named as its refusal names it.
+RESOLVED_OFF = (
+    ("enable_mixed_chunk", "--enable-mixed-chunk"), ("speculative_algorithm", "--speculative-algorithm"),
+    ("enable_dp_attention", "--enable-dp-attention"), ("enable_two_batch_overlap", "--enable-two-batch-overlap"),
+    ("enable_single_batch_overlap", "--enable-single-batch-overlap"), ("enable_pdmux", "--enable-pdmux"),
+    ("enable_dynamic_chunking", "--enable-dynamic-chunking"), ("enable_torch_compile", "--enable-torch-compile"),
+    ("enable_hierarchical_cache", "--enable-hierarchical-cache"),
+    ("enable_deterministic_inference", "--enable-deterministic-inference"),
+    *((name, "--" + name.replace("_", "-")) for name in CUSTOM_COLLECTIVES),
+)
 
-    SGLang's own resolution may rewrite options after ``defaults()`` (a model
-    override, a platform fallback); this is the check that nothing it did
-    breaks the invariants in the module docstring. ``attention_backends`` is
-    SGLang's resolved (prefill, decode) pair.
+
+def resolution_problems(args: Any, records: Records, attention_backends: tuple[str, str]) -> list[str]:
+    """What SGLang's resolution made of ``args`` that breaks an invariant of the module docstring.
+
+    The user's options were refused once, before (``refusals``); SGLang's own resolution may still rewrite
+    options after ``defaults`` (a model override, a platform fallback), and this checks what it resolved.
+    ``attention_backends`` is SGLang's resolved (prefill, decode) pair.
     """
-    problems = refusals(args)
+    problems = [f"{flag} resolved on: --corun needs it off" for name, flag in RESOLVED_OFF
+                if getattr(args, name, None) not in (None, False)]
     graph = args.cuda_graph_config.decode
     if graph.backend != "full":
         problems.append(f"decode CUDA graph resolved to backend '{graph.backend}', not 'full'")
-    if list(graph.bs or []) != decode_sizes(args):
-        problems.append(f"decode CUDA graph sizes resolved to {graph.bs}, not {decode_sizes(args)}")
+    if list(graph.bs or []) != decode_sizes(args, records):
+        problems.append(f"decode CUDA graph sizes resolved to {graph.bs}, not {decode_sizes(args, records)}")
     prefill_backend = args.cuda_graph_config.prefill.backend
     if prefill_backend not in PREFILL_GRAPH_BACKENDS:
         problems.append(
             f"prefill CUDA graph resolved to backend '{prefill_backend}', not one of "
             f"{sorted(PREFILL_GRAPH_BACKENDS)}"
         )
-    pack = prefill_pack(args)
+    pack = records.pack
     wanted = PREFILL_REQUESTS_PER_BATCH if pack is None else None
     if args.prefill_max_requests != wanted:
         problems.append(f"prefill_max_requests resolved to {args.prefill_max_requests}, not {wanted}")
@@ -667,33 +412,39 @@ def violations(args: Any, attention_backends: tuple[str, str]) -> list[str]:
     return problems
 
 
-def resolve(args: Any, attention_backends: tuple[str, str], shortest: int | None = None,
-            prefill_kernel: str | None = None) -> CorunConfig:
-    """The frozen configuration of a resolved ``args``; raises ``CorunConfigError`` if any check fails.
+def freeze(args: Any, records: Records, attention_backends: tuple[str, str], shortest: int | None = None,
+           prefill_kernel: str | None = None, calibration: Any = None) -> CorunConfig:
+    """The frozen configuration of a resolved ``args`` serving ``records``; raises ``CorunConfigError`` if
+    SGLang's resolution broke an invariant (``resolution_problems``).
 
     Where it packs, ``shortest`` is the prefill pack's shortest packable prompt and ``prefill_kernel`` the
-    kernel rule it rests on: ``fa3`` where it is below FA2's query-tile rule (``packing.shortest``)."""
-    problems = violations(args, attention_backends)
+    kernel rule it rests on: ``fa3`` where it is below FA2's query-tile rule (``packing.shortest``);
+    ``calibration`` is what calibration served and why (``calibration.Calibration.as_info()``)."""
+    problems = resolution_problems(args, records, attention_backends)
     if problems:
         raise CorunConfigError(problems)
+    prefill = args.cuda_graph_config.prefill
     return CorunConfig(
         decode_batch_size=args.max_running_requests,
-        decode_tiers=decode_tiers(args),
-        decode_tiers_verified=getattr(args, TIER_RECORD_ATTR, None) is not None,
-        prefill_requests_per_batch=PREFILL_REQUESTS_PER_BATCH if prefill_pack(args) is None else None,
-        prefill_graph=args.cuda_graph_config.prefill.backend,
+        decode_tiers=records.decode_tiers,
+        decode_tiers_verified=records.tier_record is not None,
+        prefill_requests_per_batch=PREFILL_REQUESTS_PER_BATCH if records.pack is None else None,
+        prefill_graph=prefill.backend,
         chunked_prefill_size=args.chunked_prefill_size,
         page_size=args.page_size,
         attention_backend=ATTENTION_BACKEND,
         sampling_backend=args.sampling_backend,
         random_seed=args.random_seed,
         moe_padding=moe_padding(args),
-        prefill_pack=prefill_pack(args),
+        prefill_pack=records.pack,
         prefill_pack_shortest=shortest,
         prefill_pack_kernel=prefill_kernel,
-        prefill_pack_verified=getattr(args, PACK_RECORD_ATTR, None) is not None,
-        prefill_pack_wait=getattr(args, "corun_prefill_pack_wait", 0) or 0,
+        prefill_pack_verified=records.pack_record is not None,
+        prefill_pack_wait=records.pack_wait,
         prefix_grid=prefix_grid(args),
-        tier_record=getattr(args, TIER_RECORD_ATTR, None),
-        pack_record=getattr(args, PACK_RECORD_ATTR, None),
+        prefill_graph_sizes=None if prefill.bs is None else tuple(prefill.bs),
+        default_max_new_tokens=getattr(args, "corun_default_max_new_tokens", None),
+        tier_record=records.tier_record,
+        pack_record=records.pack_record,
+        calibration=calibration,
     )

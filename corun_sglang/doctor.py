@@ -58,7 +58,7 @@ def _configuration(model_path: str | None) -> Check:
     if model_path is None:
         base = ServerArgs.__mro__[1] if "corun" in ServerArgs.__dataclass_fields__ else ServerArgs
         defaults = {f.name: f.default for f in dataclasses.fields(base)}
-        chosen = config.defaults(type("Defaults", (), defaults)())
+        chosen = config.defaults(type("Defaults", (), defaults)(), config.Records())
         return Check("configuration", True,
                      "--corun sets " + ", ".join(f"{k}={v}" for k, v in chosen.items()))
     args = ServerArgs(model_path=model_path, corun=True, device="cuda")

@@ -32,8 +32,7 @@ from typing import Any, Mapping, Sequence
 PREFIX = "fp_"
 
 
-def configuration(cfg: Any, prefill_graph_sizes: Sequence[int] | None = None,
-                  default_max_new_tokens: int | None = None) -> dict[str, Any]:
+def configuration(cfg: Any) -> dict[str, Any]:
     """The resolved ``--corun`` configuration of ``cfg`` (a ``config.CorunConfig``) that can change a
     request's tokens or logprobs, with its records and whether each was verified."""
     grid = getattr(cfg, "prefix_grid", None)
@@ -44,7 +43,7 @@ def configuration(cfg: Any, prefill_graph_sizes: Sequence[int] | None = None,
         "decode tiers verified": cfg.decode_tiers_verified,
         "prefill requests per batch": cfg.prefill_requests_per_batch,
         "prefill graph": cfg.prefill_graph,
-        "prefill graph sizes": None if prefill_graph_sizes is None else list(prefill_graph_sizes),
+        "prefill graph sizes": None if cfg.prefill_graph_sizes is None else list(cfg.prefill_graph_sizes),
         "chunked prefill size": cfg.chunked_prefill_size,
         "page size": cfg.page_size,
         "attention backend": cfg.attention_backend,
@@ -55,7 +54,7 @@ def configuration(cfg: Any, prefill_graph_sizes: Sequence[int] | None = None,
         "prefill pack shortest": cfg.prefill_pack_shortest,
         "prefill pack kernel": cfg.prefill_pack_kernel,
         "prefill pack verified": cfg.prefill_pack_verified,
-        "default max new tokens": default_max_new_tokens,
+        "default max new tokens": cfg.default_max_new_tokens,
         "records": {item.option: (None if item.record is None else str(item.record.source))
                     for item in cfg.served_records()},
     }

@@ -5,7 +5,7 @@ Each field of SGLang's ``ServerArgs`` is in exactly one group of ``GROUPS``:
 - ``free``: it cannot change what a request computes or which shapes it runs at (ports, paths, logging,
   metrics, keys, timeouts, the model and its template, how weights are loaded); any value serves;
 - ``corun``: ``--corun`` chooses it, or checks the value itself (``config.defaults`` and
-  ``config.REFUSALS``, with their own messages);
+  ``refusals.REFUSALS``, with their own messages);
 - ``verified``: the values the GPU determinism suite served (``Group.allows``); any other is refused;
 - ``refused``: not verified under ``--corun``; refused whenever it differs from SGLang's default.
 
@@ -74,7 +74,7 @@ GROUPS: tuple[Group, ...] = (
         enable_profile_cuda_graph enable_cudagraph_gc enable_layerwise_nvtx_marker
     """)),
     # ------------------------------------------------------------------ corun
-    Group("corun", "set or checked by --corun itself (config.defaults, config.REFUSALS)", _split("""
+    Group("corun", "set or checked by --corun itself (config.defaults, refusals.REFUSALS)", _split("""
         max_running_requests prefill_max_requests disable_radix_cache enable_mixed_chunk attention_backend
         decode_attention_backend prefill_attention_backend sampling_backend random_seed cuda_graph_config
         cuda_graph_backend_decode cuda_graph_backend_prefill cuda_graph_max_bs_decode cuda_graph_bs_decode
@@ -240,7 +240,7 @@ def unclassified(names: Iterable[str]) -> list[str]:
 def refusals(args: Any, defaults: Mapping[str, Any]) -> list[str]:
     """One message per option of ``args`` that ``--corun`` does not serve: a refused or unclassified option
     that differs from SGLang's default (``defaults``), or a verified option outside its verified values.
-    Options of the ``corun`` group are ``config.refusals``' to judge; ``free`` ones pass."""
+    Options of the ``corun`` group are ``refusals.refusals``' to judge; ``free`` ones pass."""
     out = []
     for name, default in defaults.items():
         value = getattr(args, name, default)
@@ -257,7 +257,7 @@ def refusals(args: Any, defaults: Mapping[str, Any]) -> list[str]:
 
 
 def markdown(refusal_rows: Iterable[tuple[str, str]] = ()) -> str:
-    """``docs/options.md``: every option by group; ``refusal_rows`` are ``config.REFUSALS``' (option, why)."""
+    """``docs/options.md``: every option by group; ``refusal_rows`` are ``refusals.REFUSALS``' (option, why)."""
     lines = [
         "# Server options under `--corun`",
         "",
@@ -298,6 +298,6 @@ def markdown(refusal_rows: Iterable[tuple[str, str]] = ()) -> str:
 
 
 if __name__ == "__main__":
-    from corun_sglang import config
+    from corun_sglang import refusals
 
-    print(markdown((r.option, r.why) for r in config.REFUSALS), end="")
+    print(markdown((r.option, r.why) for r in refusals.REFUSALS), end="")

@@ -9,9 +9,9 @@ options, ``sgl.Engine(corun=True)`` through the dataclass constructor,
 subprocess through pickling.
 
 With ``corun`` false, ``__post_init__`` is SGLang's, unchanged. With it true,
-the CoRun options are chosen before SGLang resolves the rest, and the resolved
-result is checked: anything that breaks the contract raises
-``CorunConfigError`` before any model weights load.
+``pipeline.build`` checks the options, finds the records to serve, chooses the
+CoRun options, has SGLang resolve the rest and freezes the result: anything that
+breaks the contract raises ``CorunConfigError`` before any model weights load.
 """
 
 from __future__ import annotations
@@ -19,14 +19,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
 from typing import Literal, Optional
 
 from sglang.srt.arg_groups.arg_utils import A
 from sglang.srt.server_args import ServerArgs as SGLangServerArgs
 
-from corun_sglang import calibration, config, kernel_probe, options, pack_record, packing, tiers
-from corun_sglang.startup import problems as startup_problems
+from corun_sglang import config, options, pipeline, refusals
 
 logger = logging.getLogger(__name__)
 
@@ -125,32 +123,7 @@ class CorunServerArgs(SGLangServerArgs):
     ] = None
 
     def __post_init__(self):
-        if not self.corun and (self.corun_calibrate != "auto" or self.corun_calibration_dir):
-            raise config.CorunConfigError(
-                ["--corun-calibrate / --corun-calibration-dir: calibration is part of --corun. Fix: add --corun, "
-                 "or drop them"]
-            )
-        if not self.corun and self.corun_moe_padding != "auto":
-            raise config.CorunConfigError(
-                ["--corun-moe-padding: part of --corun. Fix: add --corun, or drop --corun-moe-padding"]
-            )
-        if not self.corun and (self.corun_prefill_pack or self.corun_prefill_pack_candidate
-                               or self.corun_prefill_pack_wait):
-            raise config.CorunConfigError(
-                ["--corun-prefill-pack / --corun-prefill-pack-candidate / --corun-prefill-pack-wait: packed "
-                 "prefill is part of --corun. Fix: add --corun, or drop them"]
-            )
-        if not self.corun and self.corun_prefix_cache:
-            raise config.CorunConfigError(
-                ["--corun-prefix-cache: the deterministic prefix cache is part of --corun. Fix: add --corun, or drop "
-                 "--corun-prefix-cache (SGLang's own radix cache is on by default without --corun)"]
-            )
-        if not self.corun and (self.corun_decode_tiers or self.corun_decode_tier_candidates):
-            raise config.CorunConfigError(
-                ["--corun-decode-tiers / --corun-decode-tier-candidates: decode tiers are part of --corun. "
-                 "Fix: add --corun, or drop them"]
-            )
-        problems = self._default_max_new_tokens_problems()
+        problems = refusals.without_corun(self)
         if problems:
             raise config.CorunConfigError(problems)
         if not self.corun:
@@ -164,126 +137,8 @@ class CorunServerArgs(SGLangServerArgs):
             raise config.CorunConfigError(
                 ["--corun-ablation: a benchmarking subset of --corun. Fix: pass only one of them"]
             )
-        env, conflicts = config.collective_env(self, os.environ)
-        refused = startup_problems() + conflicts + config.refusals(self) + options.refusals(self, _sglang_defaults())
-        if refused:  # before calibrating: a refused configuration is not worth minutes of probes
-            raise config.CorunConfigError(refused)
-        calibrated = self._calibrate()
-        problems = startup_problems() + self._tier_problems() + self._pack_problems() + conflicts
-        problems += config.refusals(self) + options.refusals(self, _sglang_defaults())
-        if problems:
-            raise config.CorunConfigError(problems)
-        os.environ.update(env)  # inherited by the scheduler processes started later
-        for name, value in config.defaults(self).items():
-            setattr(self, name, value)
-        super().__post_init__()
-        self._corun_config = dataclasses.replace(
-            config.resolve(self, self.get_attention_backends(), *(self._pack_graphs() or ())),
-            calibration=calibrated.as_info())
-        for name in (config.TIER_RECORD_ATTR, config.PACK_RECORD_ATTR):  # the records live in the config now
-            delattr(self, name)
+        self._corun_config = pipeline.build(self, _sglang_defaults(), resolve=super().__post_init__)
         logger.info(self._corun_config.summary())
-
-    def _calibrate(self) -> calibration.Calibration:
-        """Serve this environment's calibration (``calibration.prepare``), verifying it first if needed."""
-        free = {name for name in _sglang_defaults() if (g := options.group_of(name)) is not None
-                and g.kind == "free" and not g.why.startswith("the model")}
-        own = ["--corun-moe-padding", self.corun_moe_padding] if self.corun_moe_padding != "auto" else []
-        server_flags = calibration.flags(self, _sglang_defaults(), free) + own
-        # how much memory the server takes sizes its KV pool, not a kernel: it does not name a calibration
-        key_flags = calibration.flags(self, _sglang_defaults(), free | calibration.MEMORY_OPTIONS) + own
-        gpu = calibration.gpu_name() if self.corun_calibrate != "off" else None
-        return calibration.prepare(self, lambda: calibration.key_parts(self, key_flags, gpu), gpu,
-                                   server_flags=server_flags)
-
-    def _default_max_new_tokens_problems(self) -> list[str]:
-        """What keeps ``--corun-default-max-new-tokens`` from being served: it is part of ``--corun``, at least 1."""
-        bound = self.corun_default_max_new_tokens
-        if bound is None:
-            return []
-        if not self.corun:
-            return ["--corun-default-max-new-tokens: part of --corun. Fix: add --corun, or drop "
-                    "--corun-default-max-new-tokens"]
-        if bound < 1:
-            return [f"--corun-default-max-new-tokens {bound}: a number of new tokens, 1 or more. Fix: pass 1 "
-                    "or more, or drop it to keep SGLang's default (the rest of the context)"]
-        return []
-
-    def _tier_problems(self) -> list[str]:
-        """Load ``--corun-decode-tiers`` (or parse the candidates); what keeps them from being served."""
-        n = self.max_running_requests or config.DEFAULT_MAX_RUNNING_REQUESTS
-        setattr(self, config.TIER_RECORD_ATTR, None)
-        try:
-            if self.corun_decode_tiers:
-                record = tiers.load(self.corun_decode_tiers)
-                found = tiers.problems(record, n)
-                if found:
-                    return [f"--corun-decode-tiers {self.corun_decode_tiers}: {p}. Fix: run "
-                            "`corun-sglang verify-tiers` with this N, or drop --corun-decode-tiers"
-                            for p in found]
-                setattr(self, config.TIER_RECORD_ATTR, record)
-            elif self.corun_decode_tier_candidates:
-                wide = [m for m in tiers.parse_sizes(self.corun_decode_tier_candidates) if m >= n]
-                if wide:
-                    return [f"--corun-decode-tier-candidates: {wide} are not below N = {n}. Fix: drop them"]
-                logger.warning("corun decode tier candidates %s: unverified, outputs are NOT deterministic",
-                               self.corun_decode_tier_candidates)
-        except tiers.TiersError as exc:
-            return [str(exc)]
-        return []
-
-    def _pack_problems(self) -> list[str]:
-        """Load ``--corun-prefill-pack`` (or take the candidate); what keeps the pack from being served."""
-        setattr(self, config.PACK_RECORD_ATTR, None)
-        wait = self.corun_prefill_pack_wait
-        if wait < 0 or (wait and not (self.corun_prefill_pack or self.corun_prefill_pack_candidate)):
-            return [f"--corun-prefill-pack-wait {wait}: "
-                    + ("a number of decode steps, 0 or more. Fix: pass 0 to never wait" if wait < 0 else
-                       "a pack waits only with --corun-prefill-pack. Fix: add --corun-prefill-pack, or drop it")]
-        try:
-            if self.corun_prefill_pack:
-                record = pack_record.load(self.corun_prefill_pack)
-                found = packing.pack_problems(record.pack, self.chunked_prefill_size)
-                if found:
-                    return [f"--corun-prefill-pack {self.corun_prefill_pack}: {p}. Fix: run "
-                            "`corun-sglang verify-prefill-pack` with a smaller pack" for p in found]
-                setattr(self, config.PACK_RECORD_ATTR, record)
-            elif self.corun_prefill_pack_candidate:
-                found = packing.pack_problems(self.corun_prefill_pack_candidate, self.chunked_prefill_size)
-                if found:
-                    return [f"--corun-prefill-pack-candidate: {p}. Fix: choose another pack" for p in found]
-                logger.warning("corun prefill pack candidate %s: unverified, outputs are NOT deterministic",
-                               self.corun_prefill_pack_candidate)
-        except packing.PackingError as exc:
-            return [str(exc)]
-        return []
-
-    def _pack_graphs(self) -> tuple[int, str] | None:
-        """With a prefill pack: capture no prefill graph below it; its shortest packable prompt and the
-        kernel rule that length rests on (``FA3`` below FA2's rule, else ``FA2``), or None. A record serves
-        from its own shortest, never below what this machine's prefill kernel allows."""
-        pack = config.prefill_pack(self)
-        if pack is None:
-            return None
-        prefill = self.cuda_graph_config.prefill
-        if prefill.backend == "breakable":
-            prefill.bs = packing.graph_counts(prefill.bs or [], pack)
-            prefill.max_bs = prefill.bs[-1]
-        model = self.get_model_config()
-        from sglang.srt.environ import envs
-
-        paged = envs.SGLANG_FLASHINFER_USE_PAGED.get() or model.is_multimodal or bool(self.enable_mis)
-        kernel = kernel_probe.prefill_kernel(model.head_dim, model.dtype, paged)
-        least = packing.shortest(model.num_attention_heads, model.num_key_value_heads, kernel)
-        record = getattr(self, config.PACK_RECORD_ATTR, None)
-        if record is not None and record.shortest < least:
-            raise config.CorunConfigError(
-                [f"--corun-prefill-pack {record.source}: verified with prompts from {record.shortest} tokens; "
-                 f"this model on FlashInfer's {kernel} prefill packs prompts from {least}. Fix: run "
-                 "`corun-sglang verify-prefill-pack` with this model here"])
-        served = least if record is None else record.shortest
-        fa2_least = packing.shortest(model.num_attention_heads, model.num_key_value_heads, packing.FA2)
-        return served, (packing.FA3 if served < fa2_least else packing.FA2)
 
     @property
     def corun_config(self) -> config.CorunConfig:

@@ -110,12 +110,11 @@ def test_the_first_start_calibrates_and_later_starts_serve_the_cache(tmp_path):
     args = _args(tmp_path)
     first = calibration.prepare(args, lambda: PARTS, "NVIDIA H200", probes=fake.probes())
     assert first.source == "calibrated" and first.tiers == [64, 128] and first.pack == 1024
-    assert args.corun_decode_tiers.endswith("tiers.json") and args.corun_prefill_pack.endswith("pack.json")
-    assert args.corun_prefill_pack_wait == calibration.PACK_WAIT
-    again = _args(tmp_path, corun_prefill_pack_wait=4)
-    second = calibration.prepare(again, lambda: PARTS, "NVIDIA H200", probes=fake.probes())
+    assert first.tiers_file.name == "tiers.json" and first.pack_file.name == "pack.json"
+    assert args == _args(tmp_path)  # what it serves is returned; the options are only read
+    second = calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200", probes=fake.probes())
     assert second.source == "cached" and fake.calls == {"tiers": 1, "pack": 1}
-    assert again.corun_decode_tiers == args.corun_decode_tiers and again.corun_prefill_pack_wait == 4  # given wait wins
+    assert second.tiers_file == first.tiers_file and second.pack_file == first.pack_file
     other = calibration.prepare(_args(tmp_path), lambda: {**PARTS, "gpu": "NVIDIA H100"}, "NVIDIA H100",
                                 probes=fake.probes())
     assert other.source == "calibrated" and fake.calls == {"tiers": 2, "pack": 2}  # another environment
@@ -128,9 +127,8 @@ def test_a_failed_probe_leaves_its_part_unserved_and_says_why(tmp_path):
     fake = FakeProbes(tiers=(), pack_fails=True)
     args = _args(tmp_path)
     got = calibration.prepare(args, lambda: PARTS, "NVIDIA H200", probes=fake.probes())
-    assert got.tiers is None and got.pack is None
+    assert got.tiers is None and got.pack is None and got.tiers_file is None and got.pack_file is None
     assert "no candidate" in got.why["tiers"] and "does not verify" in got.why["pack"]
-    assert args.corun_decode_tiers is None and args.corun_prefill_pack is None and args.corun_prefill_pack_wait == 0
     assert calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200", probes=fake.probes()).source == "cached"
     assert fake.calls == {"tiers": 1, "pack": 1}  # the verdict is cached too
 
@@ -180,11 +178,9 @@ def test_the_cache_folder(tmp_path):
 def test_a_server_serves_what_calibration_cached(make_args, tmp_path):
     """The records an entry points at load in a real ``--corun`` ServerArgs (here given, as a cached start
     hands them over)."""
-    args = _args(tmp_path)
-    calibration.prepare(args, lambda: PARTS, "NVIDIA H200", probes=FakeProbes().probes())
-    served = make_args(corun=True, corun_decode_tiers=args.corun_decode_tiers,
-                       corun_prefill_pack=args.corun_prefill_pack, corun_prefill_pack_wait=args.corun_prefill_pack_wait,
-                       disable_cuda_graph=False)
+    entry = calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200", probes=FakeProbes().probes())
+    served = make_args(corun=True, corun_decode_tiers=str(entry.tiers_file), corun_prefill_pack=str(entry.pack_file),
+                       corun_prefill_pack_wait=calibration.PACK_WAIT, disable_cuda_graph=False)
     assert served.corun_config.decode_tiers == (64, 128) and served.corun_config.prefill_pack == 1024
     assert served.corun_config.calibration["source"] == "given"
 
@@ -271,10 +267,9 @@ def test_the_tiers_candidate_has_the_environment_of_the_server_serving_its_recor
                                    installed={"sglang": "0.5.17"}, blas=records.blas_setup({}))
 
     serving_flags = ["--chunked-prefill-size", "4096", "--mem-fraction-static", "0.8"]
-    entry = _args(tmp_path)
-    calibration.prepare(entry, lambda: PARTS, "NVIDIA H200", probes=FakeProbes().probes())
-    serving = parse("--corun", "--corun-decode-tiers", entry.corun_decode_tiers, "--corun-prefill-pack",
-                    entry.corun_prefill_pack, *serving_flags)
+    entry = calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200", probes=FakeProbes().probes())
+    serving = parse("--corun", "--corun-decode-tiers", str(entry.tiers_file), "--corun-prefill-pack",
+                    str(entry.pack_file), *serving_flags)
     candidate = parse("--corun", "--max-running-requests", "256", "--corun-decode-tier-candidates", "64,128,192",
                       *calibration.tiers_flags(calibration.shared(serving_flags)["tiers"]))
     assert candidate.cuda_graph_config.prefill.backend == "disabled"

@@ -1,4 +1,4 @@
-"""``config``: what --corun refuses, sets and accepts, on SGLang's own option set."""
+"""``config``: what --corun sets for the records it serves, and what it accepts of SGLang's resolution."""
 
 import dataclasses
 import types
@@ -6,6 +6,8 @@ import types
 import pytest
 
 from corun_sglang import config
+
+NONE = config.Records()
 
 
 def user_args(**given):
@@ -27,74 +29,8 @@ def user_args(**given):
     return types.SimpleNamespace(**values)
 
 
-def test_sglang_defaults_are_accepted():
-    assert config.refusals(user_args()) == []
-
-
-REFUSED = [
-    ({"enable_deterministic_inference": True}, "--enable-deterministic-inference"),
-    ({"rl_on_policy_target": "fsdp"}, "--rl-on-policy-target"),
-    ({"enable_mixed_chunk": True}, "--enable-mixed-chunk"),
-    ({"speculative_algorithm": "EAGLE"}, "--speculative-algorithm"),
-    ({"enable_dp_attention": True}, "--enable-dp-attention"),
-    ({"dp_size": 2}, "--dp-size"),
-    ({"disaggregation_mode": "prefill"}, "--disaggregation-mode"),
-    ({"pp_size": 2}, "--pp-size"),
-    ({"tp_size": 4}, "--tp-size"),
-    ({"enable_two_batch_overlap": True}, "--enable-two-batch-overlap"),
-    ({"disable_cuda_graph": True}, "--disable-cuda-graph"),
-    ({"disable_decode_cuda_graph": True}, "--disable-decode-cuda-graph"),
-    ({"cuda_graph_backend_decode": "breakable"}, "--cuda-graph-backend-decode"),
-    ({"cuda_graph_config": {"decode": {"backend": "disabled"}}}, "--cuda-graph-backend-decode"),
-    ({"disable_cuda_graph_padding": True}, "--disable-cuda-graph-padding"),
-    ({"cuda_graph_bs_decode": [1, 2, 4]}, "--cuda-graph-bs-decode"),
-    ({"cuda_graph_max_bs_decode": 64}, "--cuda-graph-max-bs-decode"),
-    ({"prefill_max_requests": 4}, "--prefill-max-requests"),
-    ({"enable_pdmux": True}, "--enable-pdmux"),
-    ({"attention_backend": "fa3"}, "--attention-backend"),
-    ({"decode_attention_backend": "triton"}, "--decode-attention-backend"),
-    ({"sampling_backend": "flashinfer"}, "--sampling-backend"),
-    ({"enable_dynamic_chunking": True}, "--enable-dynamic-chunking"),
-    ({"enable_lora": True}, "--enable-lora"),
-    ({"enable_symm_mem": True}, "--enable-symm-mem"),
-    ({"enable_nccl_nvls": True}, "--enable-nccl-nvls"),
-    ({"enable_return_hidden_states": True}, "--enable-return-hidden-states"),
-    ({"enable_torch_compile": True}, "--enable-torch-compile"),
-    ({"enable_hierarchical_cache": True}, "--enable-hierarchical-cache"),
-]
-
-
-@pytest.mark.parametrize("given,flag", REFUSED, ids=[f for _, f in REFUSED])
-def test_each_refused_option_is_named_with_a_fix(given, flag):
-    found = config.refusals(user_args(**given))
-    assert len(found) == 1, found
-    assert flag in found[0] and "Fix:" in found[0]
-
-
-@pytest.mark.parametrize(
-    "given",
-    [
-        {"attention_backend": "flashinfer"},
-        {"max_running_requests": 64, "cuda_graph_bs_decode": [64]},
-        {"max_running_requests": 64, "cuda_graph_max_bs_decode": 64},
-        {"cuda_graph_bs_decode": [256]},
-        {"prefill_max_requests": 1},
-        {"cuda_graph_backend_decode": "full"},
-        {"sampling_backend": "corun"},
-    ],
-)
-def test_options_that_agree_with_corun_are_accepted(given):
-    assert config.refusals(user_args(**given)) == []
-
-
-def test_error_lists_every_problem():
-    err = config.CorunConfigError(config.refusals(user_args(enable_mixed_chunk=True, tp_size=4)))
-    assert "--enable-mixed-chunk" in str(err) and "--tp-size" in str(err)
-    assert len(err.problems) == 2
-
-
 def test_defaults_fix_one_decode_shape_and_isolated_prefill():
-    chosen = config.defaults(user_args())
+    chosen = config.defaults(user_args(), NONE)
     assert chosen["max_running_requests"] == config.DEFAULT_MAX_RUNNING_REQUESTS == 256
     assert chosen["cuda_graph_bs_decode"] == [256]
     assert chosen["cuda_graph_max_bs_decode"] == 256
@@ -106,24 +42,16 @@ def test_defaults_fix_one_decode_shape_and_isolated_prefill():
     assert "disable_prefill_cuda_graph" not in chosen  # SGLang's breakable prefill graphs stay on
 
 
-@pytest.mark.parametrize("given", [{"cuda_graph_backend_prefill": "full"},
-                                   {"cuda_graph_config": {"prefill": {"backend": "tc_piecewise"}}}])
-def test_only_verified_prefill_graph_backends_are_served(given):
-    assert any("--cuda-graph-backend-prefill" in p for p in config.refusals(user_args(**given)))
-    for backend in sorted(config.PREFILL_GRAPH_BACKENDS):
-        assert config.refusals(user_args(cuda_graph_backend_prefill=backend)) == []
-
-
 def test_defaults_take_n_and_seed_from_the_user():
-    chosen = config.defaults(user_args(max_running_requests=48, random_seed=7))
+    chosen = config.defaults(user_args(max_running_requests=48, random_seed=7), NONE)
     assert chosen["max_running_requests"] == 48
     assert chosen["cuda_graph_bs_decode"] == [48]
     assert chosen["random_seed"] == 7
 
 
-def test_violations_catch_a_resolution_that_breaks_the_contract(make_args):
+def test_resolution_problems_catch_a_resolution_that_breaks_the_contract(make_args):
     resolved = make_args(random_seed=1)  # default SGLang resolution
-    found = config.violations(resolved, resolved.get_attention_backends())
+    found = config.resolution_problems(resolved, NONE, resolved.get_attention_backends())
     text = "\n".join(found)
     assert "decode CUDA graph sizes" in text
     assert "radix cache" in text
@@ -131,22 +59,23 @@ def test_violations_catch_a_resolution_that_breaks_the_contract(make_args):
     assert "attention resolved" in text
     assert "prefill CUDA graph" not in text  # SGLang's default prefill graph is a verified backend
     with pytest.raises(config.CorunConfigError):
-        config.resolve(resolved, resolved.get_attention_backends())
+        config.freeze(resolved, NONE, resolved.get_attention_backends())
 
 
-def test_violations_catch_an_unverified_prefill_graph(make_args):
+def test_resolution_problems_catch_an_unverified_prefill_graph(make_args):
     resolved = make_args(random_seed=1, cuda_graph_backend_prefill="full")
     assert resolved.cuda_graph_config.prefill.backend == "full"
-    found = config.violations(resolved, resolved.get_attention_backends())
+    found = config.resolution_problems(resolved, NONE, resolved.get_attention_backends())
     assert any("prefill CUDA graph resolved to backend 'full'" in p for p in found)
 
 
-def test_violations_catch_a_resolution_that_breaks_a_prefill_pack(make_args):
+def test_resolution_problems_catch_a_resolution_that_breaks_a_prefill_pack(make_args):
     resolved = make_args(corun=True, corun_prefill_pack_candidate=1024)
-    assert config.violations(resolved, resolved.get_attention_backends()) == []
+    packed = config.Records(pack_candidate=1024)
+    assert config.resolution_problems(resolved, packed, resolved.get_attention_backends()) == []
     object.__setattr__(resolved, "chunked_prefill_size", 512)  # a resolution that leaves the chunk below the pack
     resolved.cuda_graph_config.prefill.bs = [64, 1024]
-    text = "\n".join(config.violations(resolved, resolved.get_attention_backends()))
+    text = "\n".join(config.resolution_problems(resolved, packed, resolved.get_attention_backends()))
     assert "prefill pack: a pack of 1024 tokens exceeds --chunked-prefill-size 512" in text
     assert "prefill CUDA graph token counts resolved to [64, 1024], not [1024]" in text
 
@@ -173,39 +102,38 @@ def test_summary_is_one_line():
 
 
 def test_decode_tier_candidates_are_captured_below_n():
-    args = user_args()
-    args.corun_decode_tier_candidates = "128,72,72"
-    assert config.decode_tiers(args) == (72, 128)
-    assert config.defaults(args)["cuda_graph_bs_decode"] == [72, 128, 256]
-    # the sizes a tiered server captures are not a conflicting --cuda-graph-bs-decode; other sizes are
-    args.cuda_graph_bs_decode = [72, 128, 256]
-    assert config.refusals(args) == []
-    args.cuda_graph_bs_decode = [64, 256]
-    assert any("--cuda-graph-bs-decode" in p for p in config.refusals(args))
+    tiered = config.Records(tier_candidates=(72, 128))
+    assert tiered.decode_tiers == (72, 128)
+    assert config.defaults(user_args(), tiered)["cuda_graph_bs_decode"] == [72, 128, 256]
+    assert config.decode_sizes(user_args(max_running_requests=64), NONE) == [64]
 
 
-def test_verified_tiers_and_candidates_are_exclusive():
+def test_n_is_computed_in_one_place():
+    assert config.batch_size(user_args()) == config.DEFAULT_MAX_RUNNING_REQUESTS == 256
+    assert config.batch_size(user_args(max_running_requests=48)) == 48
+
+
+def test_a_calibrated_pack_or_tiers_are_served_only_where_the_options_allow_them():
+    assert config.unservable_pack(user_args()) is None and config.unservable_tiers(user_args()) is None
+    for given in ({"disable_prefill_cuda_graph": True}, {"cuda_graph_bs_prefill": [1024, 2048]},
+                  {"cuda_graph_backend_prefill": "disabled"}):
+        assert config.unservable_pack(user_args(**given)) is not None
     args = user_args()
-    args.corun_decode_tiers, args.corun_decode_tier_candidates = "tiers.json", "72"
-    assert any("--corun-decode-tiers" in p and "only one" in p for p in config.refusals(args))
+    args.corun_prefix_cache = True
+    assert "--corun-prefix-cache" in config.unservable_pack(args)
+    assert config.unservable_tiers(user_args(cuda_graph_bs_decode=[256])) is not None
 
 
 def test_tp_above_one_pins_nccl_tree_and_drops_custom_all_reduce(monkeypatch):
     args = user_args(tp_size=2)
-    assert config.defaults(args)["disable_custom_all_reduce"] is True
+    assert config.defaults(args, NONE)["disable_custom_all_reduce"] is True
     env, conflicts = config.collective_env(args, {})
     assert env == {"NCCL_ALGO": "allreduce:tree", "NCCL_PROTO": "Simple", "NCCL_NVLS_ENABLE": "0"}
     assert conflicts == []
     _, conflicts = config.collective_env(args, {"NCCL_ALGO": "ring", "NCCL_PROTO": "Simple"})
     assert len(conflicts) == 1 and "NCCL_ALGO=ring" in conflicts[0]
     assert config.collective_env(user_args(), {"NCCL_ALGO": "ring"}) == ({}, [])
-    assert "disable_custom_all_reduce" not in config.defaults(user_args())
-
-
-def test_tp_sizes_follow_the_verified_set(monkeypatch):
-    monkeypatch.setattr(config, "TP_SIZES_VERIFIED", frozenset({1, 2}))
-    assert config.refusals(user_args(tp_size=2)) == []
-    assert any("--tp-size" in p for p in config.refusals(user_args(tp_size=4)))
+    assert "disable_custom_all_reduce" not in config.defaults(user_args(), NONE)
 
 
 def _padding(mode=None, **given):
@@ -228,6 +156,6 @@ def test_moe_padding_auto_skips_only_on_the_unquantized_triton_runner(mode, give
     args = _padding(mode, **given)
     assert config.moe_padding(args) == resolved
     assert config.skips_moe_padding(args) is (resolved == "skip")
-    assert not {"moe_runner_backend", "corun_moe_padding"} & set(config.defaults(args))  # SGLang's choice stands
+    assert not {"moe_runner_backend", "corun_moe_padding"} & set(config.defaults(args, NONE))  # SGLang's choice stands
     args.corun = False
     assert not config.skips_moe_padding(args)

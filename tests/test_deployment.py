@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from corun_sglang import config
+from corun_sglang import refusals
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker" / "compose.replicas.yaml"
@@ -198,10 +198,10 @@ def test_dp_size_is_refused_with_replicas_behind_the_router_as_the_fix():
     from corun_sglang.server_args import _sglang_defaults
 
     args = SimpleNamespace(**{**_sglang_defaults(), "dp_size": 2})
-    (message,) = config.refusals(args)
+    (message,) = refusals.refusals(args)
     assert message.startswith("--dp-size: ") and "router" in message and "docs/deployment.md" in message
     args = SimpleNamespace(**{**_sglang_defaults(), "enable_dp_attention": True})
-    (message,) = config.refusals(args)
+    (message,) = refusals.refusals(args)
     assert message.startswith("--enable-dp-attention: ") and "docs/deployment.md" in message
 
 

@@ -20,7 +20,7 @@ def _fp(env=ENV, conf=None, weights=("w0",)):
 
 
 def test_equal_inputs_give_one_fingerprint(config):
-    conf = fingerprint.configuration(config, [512], None)
+    conf = fingerprint.configuration(dataclasses.replace(config, prefill_graph_sizes=(512,)))
     first = _fp(conf=conf)
     assert first == _fp(env=dict(reversed(list(ENV.items()))), conf=dict(conf))
     assert first.startswith("fp_") and len(first) == 15 and int(first[3:], 16) >= 0
@@ -50,8 +50,8 @@ def test_each_configuration_field_changes_it(config, change):
 
 def test_prefill_graph_sizes_and_the_default_max_new_tokens_change_it(config):
     base = _fp(conf=fingerprint.configuration(config))
-    assert _fp(conf=fingerprint.configuration(config, [256, 512])) != base
-    assert _fp(conf=fingerprint.configuration(config, None, 512)) != base
+    assert _fp(conf=fingerprint.configuration(dataclasses.replace(config, prefill_graph_sizes=(256, 512)))) != base
+    assert _fp(conf=fingerprint.configuration(dataclasses.replace(config, default_max_new_tokens=512))) != base
 
 
 def test_a_wait_for_packs_is_not_a_field(config):

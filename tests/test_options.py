@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from corun_sglang import config, options
+from corun_sglang import config, options, refusals
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "options.md"
 
@@ -96,9 +96,9 @@ def test_tp2_keeps_every_all_reduce_on_nccl(parse):
     assert args.enforce_disable_flashinfer_allreduce_fusion and args.disable_custom_all_reduce
     assert args.flashinfer_allreduce_fusion_backend is None
     object.__setattr__(args, "flashinfer_allreduce_fusion_backend", "trtllm")  # SGLang's auto-enable, resolved
-    assert any("fused all-reduce ('trtllm')" in p for p in config.violations(args, args.get_attention_backends()))
+    assert any("fused all-reduce ('trtllm')" in p for p in config.resolution_problems(args, config.Records(), args.get_attention_backends()))
 
 
 def test_the_options_page_is_generated_from_the_table():
-    assert DOCS.read_text() == options.markdown((r.option, r.why) for r in config.REFUSALS), (
+    assert DOCS.read_text() == options.markdown((r.option, r.why) for r in refusals.REFUSALS), (
         "docs/options.md is stale: python -m corun_sglang.options > docs/options.md")

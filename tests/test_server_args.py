@@ -327,5 +327,5 @@ def test_default_max_new_tokens_is_part_of_corun_and_at_least_one(parse):
     with pytest.raises(config.CorunConfigError, match="--corun-default-max-new-tokens: part of --corun"):
         parse("--corun-default-max-new-tokens", "512")
     for value in ("0", "-4"):
-        with pytest.raises(config.CorunConfigError, match=f"--corun-default-max-new-tokens {value}: .*1 or more"):
+        with pytest.raises(config.CorunConfigError, match="--corun-default-max-new-tokens: .*1 or more"):
             parse("--corun", "--corun-default-max-new-tokens", value)

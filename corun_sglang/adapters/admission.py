@@ -112,8 +112,8 @@ def default_max_new_tokens(original, self, req, *args, **kwargs):
     """A request without ``max_new_tokens`` (a chat completion without ``max_tokens``) gets
     ``--corun-default-max-new-tokens`` before SGLang caps it to the context and the pool, so the
     reservation admission makes for it is bounded; unset, it keeps SGLang's own, the rest of the context."""
-    server_args = self.server_args
-    bound = server_args.corun_default_max_new_tokens if state.corun(server_args) else None
+    cfg = state.config()
+    bound = None if cfg is None else cfg.default_max_new_tokens
     if bound is not None and req.sampling_params.max_new_tokens is None:
         req.sampling_params.max_new_tokens = bound
     return original(self, req, *args, **kwargs)

@@ -60,9 +60,7 @@ def scheduler_info(result, self, *args, **kwargs):
         "tp_rank": self.ps.tp_rank,
         "weights": digest,
         "environment": state.environment(runner),
-        "configuration": fingerprint.configuration(
-            server_args.corun_config, server_args.cuda_graph_config.prefill.bs,
-            server_args.corun_default_max_new_tokens),
+        "configuration": fingerprint.configuration(server_args.corun_config),
         "calibration": server_args.corun_config.calibration,
     }
     return result

@@ -23,8 +23,8 @@ from corun_sglang.stops import CorunContractError
 
 def prefill_graph_runner_init(result, self, model_runner, *args, **kwargs):
     """After the prefill CUDA-graph runner is built: with a prefill pack, its smallest graph is the pack's."""
-    server_args = model_runner.server_args
-    pack = server_args.corun_config.prefill_pack if state.corun(server_args) else None
+    cfg = state.config()
+    pack = None if cfg is None else cfg.prefill_pack
     if pack is not None and (not self.capture_num_tokens or self.capture_num_tokens[0] != pack):
         raise CorunContractError(
             f"prefill CUDA graphs resolved to token counts {list(self.capture_num_tokens)[:8]}...; a prefill "

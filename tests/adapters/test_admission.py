@@ -247,10 +247,13 @@ def test_a_pack_the_kv_pool_cuts_short_waits_up_to_the_limit_then_runs(packing_a
 def test_a_request_without_max_new_tokens_gets_the_default_bound(make_args, corun, bound, given, prompt, expected):
     from sglang.srt.managers.scheduler import Scheduler
 
+    from sglang.srt.runtime_context import publish
+
     _, cache = _cache(100)
     req = _req(1, prompt, given, cache)
+    args = make_args(corun=corun, corun_default_max_new_tokens=bound)
+    publish(args, role="scheduler")
     scheduler = types.SimpleNamespace(max_new_tokens_limit=None, page_size=1, max_req_len=4095,
-                                      max_total_num_tokens=100_000,
-                                      server_args=make_args(corun=corun, corun_default_max_new_tokens=bound))
+                                      max_total_num_tokens=100_000, server_args=args)
     Scheduler.init_req_max_new_tokens(scheduler, req)  # SGLang's, hooked
     assert req.sampling_params.max_new_tokens == expected
