@@ -34,7 +34,7 @@ Invariants of a configuration that ``resolve()`` accepts:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 #: N when ``--max-running-requests`` is not given.
 DEFAULT_MAX_RUNNING_REQUESTS = 256

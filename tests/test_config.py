@@ -1,32 +1,13 @@
 """``config``: what --corun sets for the records it serves, and what it accepts of SGLang's resolution."""
 
 import dataclasses
-import types
 
 import pytest
 
 from corun_sglang import config
+from option_sets import user_args
 
 NONE = config.Records()
-
-
-def user_args(**given):
-    """Options as a user hands them to SGLang: the ServerArgs defaults plus ``given``."""
-    from sglang.srt.server_args import ServerArgs
-
-    base = ServerArgs.__mro__[0]
-    while "corun" in {f.name for f in dataclasses.fields(base)}:
-        base = base.__mro__[1]
-    values = {}
-    for f in dataclasses.fields(base):
-        if f.default is not dataclasses.MISSING:
-            values[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            values[f.name] = f.default_factory()
-    unknown = set(given) - set(values)
-    assert not unknown, f"not SGLang options: {unknown}"
-    values.update(given)
-    return types.SimpleNamespace(**values)
 
 
 def test_defaults_fix_one_decode_shape_and_isolated_prefill():

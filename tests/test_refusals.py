@@ -1,30 +1,11 @@
 """``refusals``: what --corun refuses, on SGLang's own option set, each named with its fix."""
 
-import dataclasses
 import types
 
 import pytest
 
 from corun_sglang import config, refusals
-
-
-def user_args(**given):
-    """Options as a user hands them to SGLang: the ServerArgs defaults plus ``given``."""
-    from sglang.srt.server_args import ServerArgs
-
-    base = ServerArgs.__mro__[0]
-    while "corun" in {f.name for f in dataclasses.fields(base)}:
-        base = base.__mro__[1]
-    values = {}
-    for f in dataclasses.fields(base):
-        if f.default is not dataclasses.MISSING:
-            values[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            values[f.name] = f.default_factory()
-    unknown = set(given) - set(values)
-    assert not unknown, f"not SGLang options: {unknown}"
-    values.update(given)
-    return types.SimpleNamespace(**values)
+from option_sets import user_args
 
 
 def test_sglang_defaults_are_accepted():
