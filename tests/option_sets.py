@@ -3,6 +3,8 @@
 import dataclasses
 import types
 
+from corun_sglang.options import defaults_of
+
 
 def user_args(**given):
     """Options as a user hands them to SGLang: the ServerArgs defaults plus ``given``."""
@@ -11,13 +13,7 @@ def user_args(**given):
     base = ServerArgs.__mro__[0]
     while "corun" in {f.name for f in dataclasses.fields(base)}:
         base = base.__mro__[1]
-    values = {}
-    for f in dataclasses.fields(base):
-        if f.default is not dataclasses.MISSING:
-            values[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            values[f.name] = f.default_factory()
+    values = defaults_of(base)
     unknown = set(given) - set(values)
     assert not unknown, f"not SGLang options: {unknown}"
-    values.update(given)
-    return types.SimpleNamespace(**values)
+    return types.SimpleNamespace(**{**values, **given})
