@@ -21,7 +21,9 @@ SGLang's HTTP server answers with a 400):
   refused, never folded into range;
 - a verified or free parameter of the wrong type is refused before SGLang reads it;
 - a sampling parameter the table does not know is refused (SGLang would raise a ``TypeError``);
-- a refused parameter is served only where ``measured`` names it and it has a ``measure`` chunk.
+- a refused parameter is served only where ``measured`` names it and it has a ``measure`` chunk;
+- a served parameter that SGLang reads the scheduler's tokenizer for (``NEEDS_TOKENIZER``) is refused on a
+  server without one, where it would crash the scheduler for every co-runner.
 """
 
 from __future__ import annotations
@@ -318,7 +320,8 @@ def measured_names(value: str | None) -> frozenset:
     return names
 
 
-def _sampling_problems(params: Mapping[str, Any], preferred: Mapping[str, Any], measured: frozenset) -> list[str]:
+def _sampling_problems(params: Mapping[str, Any], preferred: Mapping[str, Any], measured: frozenset,
+                       has_tokenizer: bool) -> list[str]:
     from_server = {k: v for k, v in preferred.items() if k not in params}
     found = []
     for name, value in {**from_server, **params}.items():
@@ -337,7 +340,14 @@ def _sampling_problems(params: Mapping[str, Any], preferred: Mapping[str, Any], 
         problem = _type_problem(param, value)
         if problem:
             found.append(problem + ". Fix: send a value of that type")
+        elif name in NEEDS_TOKENIZER and not has_tokenizer and not is_default(value, SAMPLING_DEFAULTS.get(name)):
+            found.append(f"{param.label()}: needs the server's tokenizer ({NEEDS_TOKENIZER[name]}), and this server "
+                         "runs with --skip-tokenizer-init. Fix: drop it, or serve with the tokenizer")
     return found
+
+
+#: Served parameters SGLang reads the scheduler's tokenizer for: without it the scheduler would crash.
+NEEDS_TOKENIZER = {"min_new_tokens": "SGLang's min_new_tokens penalizer reads the tokenizer's EOS ids"}
 
 
 def _request_problems(request: Mapping[str, Any], prompt_len: int | None, measured: frozenset) -> list[str]:
@@ -357,23 +367,26 @@ def _request_problems(request: Mapping[str, Any], prompt_len: int | None, measur
 
 
 def problems(request: Mapping[str, Any], sampling_params: Any, prompt_len: int | None = None,
-             preferred: Mapping[str, Any] | None = None, measured: frozenset = frozenset()) -> list[str]:
+             preferred: Mapping[str, Any] | None = None, measured: frozenset = frozenset(),
+             has_tokenizer: bool = True) -> list[str]:
     """What keeps one request (a single, normalized ``GenerateReqInput``'s fields and its sampling
     parameters) from being served under ``--corun``; ``prompt_len``: its prompt's token count;
     ``preferred``: the server's ``--preferred-sampling-params``, which SGLang merges under them;
-    ``measured``: the refused parameters a GPU queue chunk measures on this server (``measured_names``)."""
+    ``measured``: the refused parameters a GPU queue chunk measures on this server (``measured_names``);
+    ``has_tokenizer``: whether the server loaded its tokenizer (not ``--skip-tokenizer-init``)."""
     if sampling_params is None:
         sampling_params = {}
     if not isinstance(sampling_params, Mapping):
         return [f"sampling_params: {_shown(sampling_params)} is not an object. Fix: send a JSON object"]
-    return (_sampling_problems(sampling_params, preferred or {}, measured)
+    return (_sampling_problems(sampling_params, preferred or {}, measured, has_tokenizer)
             + _request_problems(request, prompt_len, measured))
 
 
 def check(request: Mapping[str, Any], sampling_params: Any, prompt_len: int | None = None,
-          preferred: Mapping[str, Any] | None = None, measured: frozenset = frozenset()) -> None:
+          preferred: Mapping[str, Any] | None = None, measured: frozenset = frozenset(),
+          has_tokenizer: bool = True) -> None:
     """``problems()``, raised as one ``RequestRefused`` when there are any."""
-    found = problems(request, sampling_params, prompt_len, preferred, measured)
+    found = problems(request, sampling_params, prompt_len, preferred, measured, has_tokenizer)
     if found:
         raise RequestRefused(found)
 

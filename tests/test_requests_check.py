@@ -213,6 +213,14 @@ def test_each_measured_parameter_is_measured_by_the_queue_chunks_it_names():
             assert env and p.name in requests_check.measured_names(env[0].split("=", 1)[1]), (p.name, chunk)
 
 
+def test_min_new_tokens_needs_the_servers_tokenizer():
+    measured = frozenset({"min_new_tokens"})
+    requests_check.check({}, {"min_new_tokens": 4}, measured=measured)
+    requests_check.check({}, {"min_new_tokens": 0}, measured=measured, has_tokenizer=False)
+    with pytest.raises(RequestRefused, match="^min_new_tokens .*--skip-tokenizer-init"):
+        requests_check.check({}, {"min_new_tokens": 4}, measured=measured, has_tokenizer=False)
+
+
 def test_only_measurable_parameters_can_be_measured():
     assert requests_check.measured_names(None) == frozenset() == requests_check.measured_names(" , ")
     assert requests_check.measured_names("regex, top_logprobs_num") == {"regex", "top_logprobs_num"}

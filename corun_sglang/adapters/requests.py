@@ -47,6 +47,7 @@ def check_request(original, self, obj, input_ids, *args, **kwargs):
         requests_check.check(
             _fields(obj), obj.sampling_params, None if input_ids is None else len(input_ids),
             preferred=getattr(self, "preferred_sampling_params", None), measured=measured(),
+            has_tokenizer=not self.server_args.skip_tokenizer_init,
         )
     return original(self, obj, input_ids, *args, **kwargs)
 

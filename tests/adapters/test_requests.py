@@ -280,3 +280,29 @@ def test_a_measured_parameter_keeps_its_type_check(openai_client):
     with pytest.raises(openai.BadRequestError) as err:
         asyncio.run(run())
     assert "logit_bias" in str(err.value) and not tm.sent
+
+
+def test_min_new_tokens_is_refused_where_the_scheduler_has_no_tokenizer(tokenizer_manager, monkeypatch):
+    """SGLang's ``min_new_tokens`` penalizer reads the scheduler's tokenizer, which ``--skip-tokenizer-init``
+    leaves unset: the scheduler would crash for every co-runner, so the request is refused first."""
+    from sglang.srt.managers.io_struct import GenerateReqInput
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+
+    from adapters.helpers import _cache, _req
+    from corun_sglang import requests_check
+
+    tm = tokenizer_manager(skip_tokenizer_init=True)
+    _, cache = _cache(1000)
+    req = _req(1, 10, 8, cache)
+    req.sampling_params.min_new_tokens, req.tokenizer = 4, None  # what a --skip-tokenizer-init scheduler gives it
+    with pytest.raises(AttributeError, match="additional_stop_token_ids"):
+        SamplingBatchInfo.from_schedule_batch(ScheduleBatch(reqs=[req], device="cpu"), vocab_size=1024)
+    monkeypatch.setenv(requests_check.MEASURE_ENV, "min_new_tokens")
+    body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 8, "min_new_tokens": 4}}
+    with pytest.raises(ValueError, match="--skip-tokenizer-init"):
+        _generate(tm, GenerateReqInput(**body))
+    assert not tm.sent
+    tm = tokenizer_manager()
+    _generate(tm, GenerateReqInput(**body))
+    assert tm.sent[0].sampling_params.min_new_tokens == 4
