@@ -35,7 +35,7 @@ from corun_sglang.tools import evidence
 
 import harness
 from harness import Item
-from test_suite import _across_arms, _alone_then_among, _fillers, _solo, arms, intended  # noqa: F401 (fixture)
+from test_suite import _across_arms, _alone_then_among, _fillers, arms, intended  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.e2e
 
@@ -95,7 +95,9 @@ def _eos(arms) -> int:
 
 TOPK_KINDS = [{}, {}, {"request": {"top_logprobs_num": 1}}, {"request": {"top_logprobs_num": 3}},
               {"request": {"top_logprobs_num": 10}}, {"request": {"top_logprobs_num": 64}},
-              {"request": {"token_ids_logprob": CHOSEN[:3]}}, {"request": {"top_logprobs_num": 20}, "regex": "[a-z ]{8,}"}]
+              {"request": {"token_ids_logprob": CHOSEN[:3]}},
+              # a grammar may end a co-runner early (its matcher accepts EOS): ignore_eos off, so it ends whole
+              {"request": {"top_logprobs_num": 20}, "regex": "[a-z ]{8,}", "ignore_eos": False}]
 
 
 def _tied_steps(sents) -> int:
@@ -110,8 +112,9 @@ def test_n_top_k_logprobs_among_co_runners_asking_other_k(arms):
         _with(_needle(arms, "needle0", 150, 64, 0.8, 151, prompt_logprobs=True), top_logprobs_num=5),
         _with(_needle(arms, "needle1", 152, 64, 0.0, 153), top_logprobs_num=20),
         _with(_needle(arms, "needle2", 154, 64, 0.7, 155), top_logprobs_num=1, token_ids_logprob=CHOSEN),
-        # ten digits allowed, so a top 20 holds ten ties at the clamped minimum at every step
-        _with(_needle(arms, "needle3", 156, 32, 0.9, 157, regex="[0-9]{64}"), top_logprobs_num=20),
+        # a handful of tokens allowed ("yes", " no", "y" ...), so a top 20 holds ties at the clamped minimum at
+        # every step; 32 tokens never complete the regex
+        _with(_needle(arms, "needle3", 156, 32, 0.9, 157, regex="(yes|no)( (yes|no)){63}"), top_logprobs_num=20),
     ]
     crowds = {f"with{n}": _mixed(_fillers(arms, n, 158 + n, 96), TOPK_KINDS, 158 + n) for n in (63, 255)}
 
@@ -162,7 +165,8 @@ def test_p_min_new_tokens_and_logit_bias_among_co_runners(arms):
             _sampling(probes[2], logit_bias={str(banned[2]): -100.0, str(banned[0]): 5.0}),
             _sampling(probes[3], logit_bias={str(banned[3]): -100.0}),
         ]
-        kinds = [{}, {}, {"min_new_tokens": 16}, {"logit_bias": {eos: 4.0}, "min_new_tokens": 12, "ignore_eos": False},
+        # a co-runner's min_new_tokens stays within its max_new_tokens (8 or more), else SGLang refuses it
+        kinds = [{}, {}, {"min_new_tokens": 6}, {"logit_bias": {eos: 4.0}, "min_new_tokens": 8, "ignore_eos": False},
                  {"logit_bias": {str(banned[1]): -100.0}}, {"logit_bias": {"13": 3.0, "100": -3.0}}]
         crowds = {f"with{n}": _mixed(_fillers(arms, n, 180 + n, 96), kinds, 180 + n) for n in (31, 200)}
         return twins + _alone_then_among(needles, crowds)(lane)
@@ -195,9 +199,11 @@ PERSON = {"type": "object", "additionalProperties": False, "required": ["name", 
 COLORS = r"(red|green|blue)( (red|green|blue)){3,12}\."
 TUPLE_EBNF = 'root ::= "(" num "," num "," num ("," num)? ")"\nnum ::= [1-9] [0-9]?'
 TUPLE = re.compile(r"\([1-9][0-9]?(,[1-9][0-9]?){2,3}\)")
-GRAMMAR_KINDS = [{}, {}, {"regex": "[a-z]{5,20}"}, {"ebnf": 'root ::= "yes" | "no"'},
-                 {"json_schema": json.dumps({"type": "object", "properties": {"x": {"type": "integer"}},
-                                             "required": ["x"]})}, {"json_schema": json.dumps(PERSON)}]
+#: co-runners' grammars end them when complete (the matcher accepts EOS), so they run without ignore_eos
+GRAMMAR_KINDS = [{}, {}] + [{**g, "ignore_eos": False} for g in (
+    {"regex": "[a-z]{5,20}"}, {"ebnf": 'root ::= "yes" | "no"'},
+    {"json_schema": json.dumps({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]})},
+    {"json_schema": json.dumps(PERSON)})]
 
 
 def _person(text):
@@ -224,7 +230,8 @@ def test_q_grammars_among_co_runners_with_other_grammars(arms):
         for s in sents:
             if s.role != "reference" or s.generation is None:
                 continue
-            text = tokenizer.decode(list(s.generation.tokens), skip_special_tokens=True)
+            text = tokenizer.decode(list(s.generation.tokens), skip_special_tokens=True,
+                                    clean_up_tokenization_spaces=False)
             if s.generation.finish != "stop":
                 problems.append(f"{s.key}: its grammar did not complete in 128 tokens ({text[:60]!r})")
                 continue
