@@ -1,13 +1,17 @@
 """Bitwise comparison of generations: where two runs of one request first differ, and their digests.
 
 A generation is the output token ids with their sampled-token logprobs (equal-length sequences), the
-prompt's logprobs where they were asked for, and how the output ended. Two generations agree only if
-tokens, output logprobs and prompt logprobs are identical bit for bit (logprobs compared as IEEE-754
-bit patterns, so -0.0 != 0.0 and NaN payloads count); how they ended and how many prompt tokens a
-prefix cache served are facts about the run, not part of the comparison.
+prompt's logprobs where they were asked for, the top-k logprobs of each output step and prompt position
+and the logprobs of chosen token ids at each output step where those were asked for (each an ordered
+tuple of ``(logprob, token id)`` pairs), and how the output ended. Two generations agree only if all of
+these but the ending are identical bit for bit (logprobs compared as IEEE-754 bit patterns, so
+-0.0 != 0.0 and NaN payloads count; a top-k list in its order, so two orders of equal values differ);
+how they ended and how many prompt tokens a prefix cache served are facts about the run, not part of the
+comparison.
 
 ``digest`` is a function of exactly the compared parts: two generations agree iff their digests are
-equal (up to SHA-256 collisions), so a committed digest lets anyone recount agreements.
+equal (up to SHA-256 collisions), so a committed digest lets anyone recount agreements. A generation
+without top-k or chosen-token logprobs has the digest it had before those parts existed.
 """
 
 from __future__ import annotations
@@ -32,23 +36,40 @@ class Generation:
     finish: str | None = None
     #: prompt tokens a prefix cache served (SGLang's ``meta_info["cached_tokens"]``).
     cached_tokens: int = 0
+    #: per output step, its top-k ``(logprob, token id)`` pairs in the order served; empty when not asked for.
+    top_logprobs: tuple[tuple[tuple[float, int], ...], ...] = ()
+    #: per prompt position from ``logprob_start_len`` on, its top-k pairs; empty when not asked for.
+    prompt_top_logprobs: tuple[tuple[tuple[float, int], ...], ...] = ()
+    #: per output step, the ``(logprob, token id)`` pairs of the chosen ids (``token_ids_logprob``).
+    token_ids_logprobs: tuple[tuple[tuple[float, int], ...], ...] = ()
 
     @classmethod
     def of(cls, tokens: Sequence[int], logprobs: Sequence[float], prompt_logprobs: Sequence = (),
-           finish: str | None = None, cached_tokens: int = 0) -> "Generation":
+           finish: str | None = None, cached_tokens: int = 0, top_logprobs: Sequence = (),
+           prompt_top_logprobs: Sequence = (), token_ids_logprobs: Sequence = ()) -> "Generation":
         return cls(tuple(int(t) for t in tokens), tuple(float(x) for x in logprobs),
                    tuple(float("nan") if x is None else float(x) for x in prompt_logprobs), finish,
-                   int(cached_tokens))
+                   int(cached_tokens), _pairs(top_logprobs), _pairs(prompt_top_logprobs), _pairs(token_ids_logprobs))
 
     @classmethod
     def of_reply(cls, body) -> "Generation":
-        """From an SGLang ``/generate`` reply asked with ``return_logprob``."""
+        """From an SGLang ``/generate`` reply asked with ``return_logprob`` (and, where asked, top-k or
+        chosen-token logprobs)."""
         meta = body["meta_info"]
         steps = meta["output_token_logprobs"]
         finish = meta.get("finish_reason")
         return cls.of([s[1] for s in steps], [s[0] for s in steps],
                       [s[0] for s in meta.get("input_token_logprobs") or ()],
-                      finish.get("type") if isinstance(finish, dict) else finish, meta.get("cached_tokens") or 0)
+                      finish.get("type") if isinstance(finish, dict) else finish, meta.get("cached_tokens") or 0,
+                      meta.get("output_top_logprobs") or (), meta.get("input_top_logprobs") or (),
+                      meta.get("output_token_ids_logprobs") or ())
+
+
+def _pairs(steps: Sequence) -> tuple[tuple[tuple[float, int], ...], ...]:
+    """Per step, its ``(logprob, token id)`` pairs (SGLang's ``[logprob, id, text]`` entries; a step without
+    any, such as the prompt's first position, is empty)."""
+    return tuple(tuple((float("nan") if e[0] is None else float(e[0]), int(e[1])) for e in (step or ()))
+                 for step in steps)
 
 
 def _bits(x: float) -> bytes:
@@ -58,11 +79,14 @@ def _bits(x: float) -> bytes:
 def first_divergence(a: Generation, b: Generation) -> int | None:
     """The first step at which ``a`` and ``b`` differ in token or logprob bits; None if identical.
 
-    Prompt logprobs that differ (in bits or in number) give ``PROMPT``. A length difference counts as
-    a divergence at the shorter length.
+    Prompt logprobs or prompt top-k logprobs that differ (in bits, ids, order or number) give ``PROMPT``. A
+    length difference counts as a divergence at the shorter length. Outputs whose tokens and logprobs agree
+    but whose top-k or chosen-token logprobs differ diverge at the first step where those differ.
     """
     if len(a.prompt_logprobs) != len(b.prompt_logprobs) or any(
             _bits(x) != _bits(y) for x, y in zip(a.prompt_logprobs, b.prompt_logprobs)):
+        return PROMPT
+    if _steps_differ(a.prompt_top_logprobs, b.prompt_top_logprobs) is not None:
         return PROMPT
     steps = zip(a.tokens, b.tokens, a.logprobs, b.logprobs)
     for step, (ta, tb, la, lb) in enumerate(steps):
@@ -70,7 +94,17 @@ def first_divergence(a: Generation, b: Generation) -> int | None:
             return step
     if len(a.tokens) != len(b.tokens) or len(a.logprobs) != len(b.logprobs):
         return min(len(a.tokens), len(b.tokens), len(a.logprobs), len(b.logprobs))
-    return None
+    found = [s for s in (_steps_differ(a.top_logprobs, b.top_logprobs),
+                         _steps_differ(a.token_ids_logprobs, b.token_ids_logprobs)) if s is not None]
+    return min(found) if found else None
+
+
+def _steps_differ(a, b) -> int | None:
+    """The first step whose ``(logprob, id)`` pairs differ in order, id or bits (a missing step differs)."""
+    for step, (pa, pb) in enumerate(zip(a, b)):
+        if len(pa) != len(pb) or any(ia != ib or _bits(la) != _bits(lb) for (la, ia), (lb, ib) in zip(pa, pb)):
+            return step
+    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def digest(g: Generation) -> str:
@@ -83,4 +117,13 @@ def digest(g: Generation) -> str:
         h.update(struct.pack("<q", len(part)))
         for x in part:
             h.update(struct.pack(fmt, x))
+    for tag, steps in ((b"top", g.top_logprobs), (b"prompt-top", g.prompt_top_logprobs),
+                       (b"token-ids", g.token_ids_logprobs)):
+        if not steps:  # absent parts leave the digest as it was before they existed
+            continue
+        h.update(tag + struct.pack("<q", len(steps)))
+        for pairs in steps:
+            h.update(struct.pack("<q", len(pairs)))
+            for logprob, token in pairs:
+                h.update(struct.pack("<dq", logprob, token))
     return h.hexdigest()[:16]

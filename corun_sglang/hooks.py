@@ -161,6 +161,27 @@ HOOKS: tuple[Hook, ...] = (
         HookType.AROUND,
         "corun_sglang.adapters.seeds:send_batch_request",
     ),
+    # per-request logits transforms: top-k logprobs in a row-fixed order, penalties fed the request's own outputs
+    Hook(
+        "sglang.srt.layers.logprob_processor.get_top_logprobs_raw",
+        HookType.AROUND,
+        "corun_sglang.adapters.logprobs:ranked_top_logprobs",
+    ),
+    Hook(
+        "sglang.srt.layers.logprob_processor.get_top_logprobs_chunk",
+        HookType.AROUND,
+        "corun_sglang.adapters.logprobs:ranked_top_logprobs",
+    ),
+    Hook(
+        "sglang.srt.managers.schedule_batch.ScheduleBatch.cumulate_penalty_output_tokens",
+        HookType.AROUND,
+        "corun_sglang.adapters.penalties:prepared_feed",
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler.Scheduler._forward_isolation",
+        HookType.AROUND,
+        "corun_sglang.adapters.penalties:launch_feed",
+    ),
     # the contract as clients see it: system_fingerprint and each sample's seed on every response
     Hook(
         "sglang.srt.managers.scheduler.Scheduler.get_init_info",

@@ -59,7 +59,7 @@ GROUPS: tuple[Group, ...] = (
     """)),
     Group("free", "how outputs are sent and parsed: streaming, reasoning and tool-call parsing of the request's own text", _split("""
         stream_interval batch_notify_size stream_response_default_include_usage incremental_streaming_output
-        reasoning_parser tool_call_parser enable_cache_report grammar_backend constrained_json_whitespace_pattern
+        reasoning_parser tool_call_parser enable_cache_report constrained_json_whitespace_pattern
         constrained_json_disable_any_whitespace
     """)),
     Group("free", "logs, metrics and traces", _split("""
@@ -99,6 +99,9 @@ GROUPS: tuple[Group, ...] = (
           lambda v: v == "fcfs", "fcfs"),
     Group("verified", "the MoE kernels the suite ran (SGLang's Triton fused MoE)", ("moe_runner_backend",),
           lambda v: v in ("auto", "triton"), "auto, triton"),
+    Group("verified", "the grammar backend the suite's grammar scenarios run (a per-row bitmask, filled after the "
+          "row's previous token is accepted; docs/requests.md)", ("grammar_backend",),
+          lambda v: v in (None, "xgrammar"), "unset, xgrammar"),
     # ------------------------------------------------------------------ refused
     Group("refused", "quantization, KV-cache and GEMM precision or kernel choices", _split("""
         quantization quantization_param_path kv_cache_dtype enable_fp32_lm_head modelopt_quant

@@ -119,6 +119,7 @@ def _cases() -> tuple[Case, ...]:
         _cmp("seed-2-70", names=["seed", "sampling_seed"], seed=1 << 70),
         _cmp("seed-stream", names=["seed", "sampling_seed"], seed=1 << 63, stream=True),
         _cmp("top-logprobs", names=["logprobs", "top_logprobs_num"], logprobs=2),
+        _cmp("top-logprobs-5", names=["logprobs", "top_logprobs_num"], logprobs=5, echo=True),
         _cmp("echo-logprobs", 200, echo=True, logprobs=0),
         _cmp("penalty", names=["frequency_penalty"], frequency_penalty=0.3),
         _cmp("response-format", names=["response_format", "json_schema"], response_format={"type": "json_object"}),
@@ -131,6 +132,9 @@ def _cases() -> tuple[Case, ...]:
         _chat("seed-stream", names=["seed", "sampling_seed"], seed=1 << 70, stream=True),
         _chat("top-logprobs", names=["top_logprobs", "top_logprobs_num"], logprobs=True, top_logprobs=3),
         _chat("response-format", names=["response_format", "json_schema"], response_format={"type": "json_object"}),
+        _chat("response-format-schema", names=["response_format", "json_schema"], response_format={
+            "type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}}}),
+        _chat("top-logprobs-20", names=["top_logprobs", "top_logprobs_num"], logprobs=True, top_logprobs=20),
         _chat("regex", names=["regex"], regex="[a-z]+"),
         _chat("repetition", names=["repetition_penalty"], repetition_penalty=1.2),
         _chat("n2-penalty", names=["presence_penalty"], n=2, presence_penalty=0.5),

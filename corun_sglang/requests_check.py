@@ -9,13 +9,21 @@ Pure: nothing here imports SGLang. ``PARAMETERS`` classifies every parameter of 
   EOS and ``max_new_tokens`` do, or only carries the request; it reaches no forward pass of a co-runner;
 - ``REFUSED``: no evidence under ``--corun``; a request that sets it away from SGLang's default is refused.
 
+A refused parameter whose mechanism ``--corun`` makes row-local but that no GPU run has compared among
+co-runners yet names the queue chunk that measures it (``Param.measure``). That chunk's servers set
+``MEASURE_ENV`` to the names they measure, and only there such a parameter is served (type-checked as
+a verified one would be); a production server never sets it.
+
 Invariants of ``problems()`` (``check()`` raises them as one ``RequestRefused``, a ``ValueError`` that
 SGLang's HTTP server answers with a 400):
 - every message starts with the parameter's name (and its OpenAI name where that differs);
 - a seed is an ``int`` (never a bool, float or string) with ``0 <= seed < 2**63``; anything else is
   refused, never folded into range;
 - a verified or free parameter of the wrong type is refused before SGLang reads it;
-- a sampling parameter the table does not know is refused (SGLang would raise a ``TypeError``).
+- a sampling parameter the table does not know is refused (SGLang would raise a ``TypeError``);
+- a refused parameter is served only where ``measured`` names it and it has a ``measure`` chunk;
+- a served parameter that SGLang reads the scheduler's tokenizer for (``NEEDS_TOKENIZER``) is refused on a
+  server without one, where it would crash the scheduler for every co-runner.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import dataclasses
 import math
 from typing import Any, Iterable, Mapping, Optional, Union
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError, confloat
 from typing_extensions import Annotated
 
 VERIFIED, FREE, REFUSED = "verified", "free", "refused"
@@ -38,6 +46,13 @@ _CORE = "docs/results/determinism_core.md"
 _Number = Union[StrictInt, StrictFloat]
 _Strings = Union[StrictStr, list[StrictStr]]
 _Seed = Annotated[StrictInt, Field(ge=0, lt=SEED_LIMIT)]
+_Finite = Union[StrictInt, confloat(strict=True, allow_inf_nan=False)]
+
+#: The environment variable a GPU queue chunk sets to the refused parameters it measures (comma-separated).
+MEASURE_ENV = "CORUN_SGLANG_MEASURE"
+
+#: The most top-k logprobs a request may ask for per position (the GPU suite runs 0 to this many).
+TOP_LOGPROBS_MAX = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +67,7 @@ class Param:
     fix: str = ""
     openai: str = ""  # the OpenAI API's name(s), where they differ
     accepts: Any = None
+    measure: str = ""  # refused, row-local under --corun: the GPU queue chunk(s) that compare it among co-runners
 
     def label(self) -> str:
         return f"{self.name} (OpenAI {self.openai})" if self.openai else self.name
@@ -60,17 +76,28 @@ class Param:
         return f"{self.label()}: not verified under --corun ({self.note}). Fix: {self.fix}"
 
 
-def _sp(name, status, note, fix="", openai="", accepts=None):
-    return Param(name, "sampling_params", status, note, fix, openai, accepts)
+def _sp(name, status, note, fix="", openai="", accepts=None, measure=""):
+    return Param(name, "sampling_params", status, note, fix, openai, accepts, measure)
 
 
-def _rq(name, status, note, fix="", openai="", accepts=None):
-    return Param(name, "request", status, note, fix, openai, accepts)
+def _rq(name, status, note, fix="", openai="", accepts=None, measure=""):
+    return Param(name, "request", status, note, fix, openai, accepts, measure)
 
 
 _DROP = "drop it, or serve this request without --corun"
-_GRAMMAR = ("grammar-constrained decoding masks logits with a grammar backend whose batch handling "
-            "was not run among co-runners")
+#: The queue chunks that compare the OpenAI surface's parameters among co-runners (scripts/gpu_queue.toml).
+_SURFACE = "suite-smollm2-surface"
+_SURFACE_GRAMMAR = "suite-smollm2-surface-grammar"
+_PENDING = f"; not yet run among co-runners on a GPU (queue chunk {_SURFACE})"
+_PENDING_GRAMMAR = f"; not yet run among co-runners on a GPU (queue chunk {_SURFACE_GRAMMAR})"
+_PENALTY = ("row-local under --corun: a penalizer row counts the request's own earlier outputs, fed at each "
+            "step's launch (adapters.penalties)" + _PENDING)
+_GRAMMAR = ("row-local: the grammar backend (xgrammar) fills the request's own bitmask row after its previous "
+            "token is accepted (SGLang delays a grammar batch's sampling for that) and sets that row's "
+            "disallowed logits to -inf" + _PENDING_GRAMMAR)
+_TOPK = ("row-local under --corun: top-k in (value, token id) order, fixed by the request's own row "
+         "(adapters.logprobs); not yet run among co-runners on a GPU (queue chunks "
+         f"{_SURFACE}, {_SURFACE_GRAMMAR})")
 _INTERNAL = "an internal field of SGLang's SamplingParams that SGLang sets itself"
 _MM = "multimodal inputs run an encoder and embed into the prompt, a path the suite did not run"
 _PD = "PD disaggregation is refused at startup under --corun"
@@ -102,20 +129,25 @@ PARAMETERS: tuple[Param, ...] = (
     _sp("no_stop_trim", FREE, "formats the request's own text (keeps the stop string)", accepts=Optional[StrictBool]),
     _sp("stream_interval", FREE, "how often the request's own output is sent; no forward pass reads it",
         accepts=Optional[Annotated[StrictInt, Field(ge=1)]]),
-    _sp("frequency_penalty", REFUSED, "penalties rewrite logits from per-batch penalizer state",
-        "leave it at 0"),
-    _sp("presence_penalty", REFUSED, "penalties rewrite logits from per-batch penalizer state", "leave it at 0"),
-    _sp("repetition_penalty", REFUSED, "penalties rewrite logits from per-batch penalizer state",
-        "leave it at 1.0 (send 1.0 explicitly where the model's generation_config sets another value)"),
-    _sp("min_new_tokens", REFUSED, "it masks EOS through the batch's penalizer state", "leave it at 0",
-        openai="min_tokens"),
-    _sp("logit_bias", REFUSED, "it adds a per-batch bias tensor to the logits", "drop it"),
+    _sp("frequency_penalty", REFUSED, _PENALTY, "leave it at 0", accepts=Optional[_Finite], measure=_SURFACE),
+    _sp("presence_penalty", REFUSED, _PENALTY, "leave it at 0", accepts=Optional[_Finite], measure=_SURFACE),
+    _sp("repetition_penalty", REFUSED, _PENALTY,
+        "leave it at 1.0 (send 1.0 explicitly where the model's generation_config sets another value)",
+        accepts=Optional[_Finite], measure=_SURFACE),
+    _sp("min_new_tokens", REFUSED, "row-local: it masks the request's own stop tokens until its own output count "
+        "reaches it, fed once per step (adapters.penalties)" + _PENDING, "leave it at 0", openai="min_tokens",
+        accepts=Optional[Annotated[StrictInt, Field(ge=0)]], measure=_SURFACE),
+    _sp("logit_bias", REFUSED, "row-local: the request's own bias row is added to its own logits" + _PENDING,
+        "drop it", accepts=Optional[dict[Annotated[StrictStr, Field(pattern=r"^[0-9]+$")], _Finite]],
+        measure=_SURFACE),
     _sp("json_schema", REFUSED, _GRAMMAR, "drop it (and response_format, and tools with a forced tool_choice)",
-        openai="response_format / tools"),
-    _sp("regex", REFUSED, _GRAMMAR, "drop it"),
-    _sp("ebnf", REFUSED, _GRAMMAR, "drop it"),
-    _sp("structural_tag", REFUSED, _GRAMMAR, "drop it (and response_format of type structural_tag)",
-        openai="response_format"),
+        openai="response_format / tools", accepts=Optional[StrictStr], measure=_SURFACE_GRAMMAR),
+    _sp("regex", REFUSED, _GRAMMAR, "drop it", accepts=Optional[StrictStr], measure=f"{_SURFACE}, {_SURFACE_GRAMMAR}"),
+    _sp("ebnf", REFUSED, _GRAMMAR, "drop it", accepts=Optional[StrictStr], measure=_SURFACE_GRAMMAR),
+    _sp("structural_tag", REFUSED, _GRAMMAR,
+        "drop it (and response_format of type structural_tag, and tools with a forced tool_choice where the "
+        "server has a --tool-call-parser)", openai="response_format / tools", accepts=Optional[StrictStr],
+        measure=_SURFACE_GRAMMAR),
     _sp("custom_params", REFUSED, "it feeds custom logit processors", "drop it"),
     _sp("stop_strs", REFUSED, _INTERNAL, "use stop"),
     _sp("stop_regex_strs", REFUSED, _INTERNAL, "use stop_regex"),
@@ -129,10 +161,13 @@ PARAMETERS: tuple[Param, ...] = (
         "at the pack's fixed shape, and verify-prefill-pack compares every needle's prompt logprobs as bits, "
         "alone and packed (docs/results/prefill_pack.md)", openai="echo with logprobs",
         accepts=Optional[StrictInt]),
-    _rq("top_logprobs_num", REFUSED, "top-k logprobs were not compared among co-runners",
+    _rq("top_logprobs_num", REFUSED, _TOPK,
         "leave it at 0 (OpenAI: logprobs 0 for completions, top_logprobs 0 or unset for chat)",
-        openai="logprobs / top_logprobs"),
-    _rq("token_ids_logprob", REFUSED, "logprobs of chosen token ids were not compared among co-runners", "drop it"),
+        openai="logprobs / top_logprobs",
+        accepts=Optional[Annotated[StrictInt, Field(ge=0, le=TOP_LOGPROBS_MAX)]],
+        measure=f"{_SURFACE}, {_SURFACE_GRAMMAR}"),
+    _rq("token_ids_logprob", REFUSED, "row-local: a gather from the request's own logprob row" + _PENDING,
+        "drop it", accepts=Optional[list[StrictInt]], measure=_SURFACE),
     _rq("return_sampling_mask", REFUSED, "the sampling mask was not compared among co-runners", _DROP),
     _rq("return_flat_raw_top_logprobs", REFUSED, "top-k logprobs were not compared among co-runners", _DROP),
     _rq("return_flat_raw_top_logprobs_b64", REFUSED, "top-k logprobs were not compared among co-runners", _DROP),
@@ -195,7 +230,7 @@ PARAMETERS: tuple[Param, ...] = (
     _rq("extra_key", FREE, "a radix-cache namespace; the radix cache is off under --corun", openai="cache_salt"),
     _rq("routing_key", FREE, f"orders waiting requests only; order changes nothing under --corun ({_SUITE} c)"),
     _rq("routed_dp_rank", FREE, "picks a data-parallel rank; --corun serves one (SGLang refuses any rank but 0)"),
-    _rq("require_reasoning", FREE, "read only by grammar-constrained decoding, which is refused"),
+    _rq("require_reasoning", FREE, "read only by grammar-constrained decoding, which is refused unless measured"),
 )
 
 TABLE: dict[tuple[str, str], Param] = {(p.where, p.name): p for p in PARAMETERS}
@@ -270,7 +305,23 @@ def n_problem(sampling_params: Any) -> str | None:
     return None
 
 
-def _sampling_problems(params: Mapping[str, Any], preferred: Mapping[str, Any]) -> list[str]:
+def _refused(param: Param, measured: frozenset) -> bool:
+    return param.status == REFUSED and not (param.measure and param.name in measured)
+
+
+def measured_names(value: str | None) -> frozenset:
+    """The parameters a ``MEASURE_ENV`` value names; ``ValueError`` for a name no queue chunk measures."""
+    names = frozenset(n.strip() for n in (value or "").split(",") if n.strip())
+    measurable = {p.name for p in PARAMETERS if p.measure}
+    unknown = sorted(names - measurable)
+    if unknown:
+        raise ValueError(f"{MEASURE_ENV} names {', '.join(unknown)}, which no GPU queue chunk measures; "
+                         f"measurable: {', '.join(sorted(measurable))}")
+    return names
+
+
+def _sampling_problems(params: Mapping[str, Any], preferred: Mapping[str, Any], measured: frozenset,
+                       has_tokenizer: bool) -> list[str]:
     from_server = {k: v for k, v in preferred.items() if k not in params}
     found = []
     for name, value in {**from_server, **params}.items():
@@ -281,7 +332,7 @@ def _sampling_problems(params: Mapping[str, Any], preferred: Mapping[str, Any]) 
         if name == "sampling_seed":
             found += [p for p in [seed_problem(value)] if p]
             continue
-        if param.status == REFUSED:
+        if _refused(param, measured):
             if not is_default(value, SAMPLING_DEFAULTS.get(name)):
                 suffix = " (set by the server's --preferred-sampling-params)" if name in from_server else ""
                 found.append(param.refusal() + suffix)
@@ -289,16 +340,23 @@ def _sampling_problems(params: Mapping[str, Any], preferred: Mapping[str, Any]) 
         problem = _type_problem(param, value)
         if problem:
             found.append(problem + ". Fix: send a value of that type")
+        elif name in NEEDS_TOKENIZER and not has_tokenizer and not is_default(value, SAMPLING_DEFAULTS.get(name)):
+            found.append(f"{param.label()}: needs the server's tokenizer ({NEEDS_TOKENIZER[name]}), and this server "
+                         "runs with --skip-tokenizer-init. Fix: drop it, or serve with the tokenizer")
     return found
 
 
-def _request_problems(request: Mapping[str, Any], prompt_len: int | None) -> list[str]:
+#: Served parameters SGLang reads the scheduler's tokenizer for: without it the scheduler would crash.
+NEEDS_TOKENIZER = {"min_new_tokens": "SGLang's min_new_tokens penalizer reads the tokenizer's EOS ids"}
+
+
+def _request_problems(request: Mapping[str, Any], prompt_len: int | None, measured: frozenset) -> list[str]:
     found = []
     for name, value in request.items():
         param = TABLE.get(("request", name))
         if param is None:  # a field this table does not know: not a numerics option of SGLang 0.5.17
             continue
-        if param.status == REFUSED:
+        if _refused(param, measured):
             if not is_default(value, REQUEST_DEFAULTS.get(name)):
                 found.append(param.refusal())
             continue
@@ -309,21 +367,26 @@ def _request_problems(request: Mapping[str, Any], prompt_len: int | None) -> lis
 
 
 def problems(request: Mapping[str, Any], sampling_params: Any, prompt_len: int | None = None,
-             preferred: Mapping[str, Any] | None = None) -> list[str]:
+             preferred: Mapping[str, Any] | None = None, measured: frozenset = frozenset(),
+             has_tokenizer: bool = True) -> list[str]:
     """What keeps one request (a single, normalized ``GenerateReqInput``'s fields and its sampling
     parameters) from being served under ``--corun``; ``prompt_len``: its prompt's token count;
-    ``preferred``: the server's ``--preferred-sampling-params``, which SGLang merges under them."""
+    ``preferred``: the server's ``--preferred-sampling-params``, which SGLang merges under them;
+    ``measured``: the refused parameters a GPU queue chunk measures on this server (``measured_names``);
+    ``has_tokenizer``: whether the server loaded its tokenizer (not ``--skip-tokenizer-init``)."""
     if sampling_params is None:
         sampling_params = {}
     if not isinstance(sampling_params, Mapping):
         return [f"sampling_params: {_shown(sampling_params)} is not an object. Fix: send a JSON object"]
-    return _sampling_problems(sampling_params, preferred or {}) + _request_problems(request, prompt_len)
+    return (_sampling_problems(sampling_params, preferred or {}, measured, has_tokenizer)
+            + _request_problems(request, prompt_len, measured))
 
 
 def check(request: Mapping[str, Any], sampling_params: Any, prompt_len: int | None = None,
-          preferred: Mapping[str, Any] | None = None) -> None:
+          preferred: Mapping[str, Any] | None = None, measured: frozenset = frozenset(),
+          has_tokenizer: bool = True) -> None:
     """``problems()``, raised as one ``RequestRefused`` when there are any."""
-    found = problems(request, sampling_params, prompt_len, preferred)
+    found = problems(request, sampling_params, prompt_len, preferred, measured, has_tokenizer)
     if found:
         raise RequestRefused(found)
 

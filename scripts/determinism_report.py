@@ -46,12 +46,20 @@ SCENARIOS = {
     "k": "streamed needles among co-runners against non-streamed alone",
     "l": "requests ended by a stop token or EOS, alone vs among co-runners",
     "m": "n = 4 samples of a request among co-runners, each against the same sample alone",
+    "n": "top-k logprobs (1 to 20, prompt top-k, chosen token ids, a regex needle's ties) among co-runners "
+         "asking 0 to 64",
+    "o": "frequency, presence and repetition penalties among arriving co-runners with other penalties (96 tokens)",
+    "p": "min_new_tokens and logit_bias (EOS boosted but held back, tokens banned) among co-runners",
+    "q": "a JSON schema, a regex and an EBNF grammar (xgrammar) among co-runners with other grammars",
+    "r": "the openai client: logprobs 5 with echo, top_logprobs, a JSON-schema response_format and forced tool "
+         "calls, alone vs among 48 clients and 64 others",
     "http-verify": "OpenAI completions: alone vs 2 concurrent rounds of 128 (`verify`)",
     "http-chat": "OpenAI chat: alone vs 64 concurrent clients",
     "http-restart": "unseeded requests: before vs after a server restart",
 }
 ARMS = ("default", "deterministic", "corun", "corun-moe-compute", "corun-moe-skip")
 MUST_DIVERGE = ("a", "b", "d", "i")  # the scenarios where default SGLang is the negative control
+SURFACE_MUST_DIVERGE = ("n", "o", "p", "q", "r")  # the same, for the shapes that ran them (test_suite_surface.py)
 ROLES = ("reference", "null", "compared")
 REQUIRED = ("shape", "arm", "scenario", "key", "role", "digest")
 STEPS = ("prefill", "decode", "prompt_logprobs")  # first_divergence 0, >= 1, -1
@@ -368,7 +376,8 @@ def checks(summary: dict) -> list[str]:
     negative = summary["controls"]["negative"]
     for shape in sorted({k.split("|")[0] for k in negative}):
         parts, verdict = [], "holds"
-        for s in MUST_DIVERGE:
+        scenarios = MUST_DIVERGE + tuple(s for s in SURFACE_MUST_DIVERGE if f"{shape}|{s}" in negative)
+        for s in scenarios:
             v = negative.get(f"{shape}|{s}")
             if v is None:
                 parts.append(f"{s} not run")
@@ -378,7 +387,7 @@ def checks(summary: dict) -> list[str]:
                 verdict = "FAILS"
         if all(p.endswith("not run") for p in parts):
             continue  # e.g. the HTTP rows: no negative-control scenario there
-        out.append(f"{shape}, default SGLang diverges in {', '.join(MUST_DIVERGE)}: {', '.join(parts)}: {verdict}")
+        out.append(f"{shape}, default SGLang diverges in {', '.join(scenarios)}: {', '.join(parts)}: {verdict}")
     null = summary["controls"]["null"]
     if null:
         bad = [f"{a} {d} / {c}" for a, (d, c) in null.items() if d]

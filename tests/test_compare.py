@@ -60,3 +60,54 @@ def test_digests_are_equal_exactly_when_generations_agree():
         assert digest(other) != digest(base)
     assert digest(Generation.of([1], [0.0])) != digest(Generation.of([1], [-0.0]))
     assert len(digest(base)) == 16
+
+
+def test_top_k_and_chosen_token_logprobs_are_compared_in_order_and_bits():
+    top = [[[-0.5, 11, "a"], [-0.5, 12, "b"], [-1.0, 3, "c"]], [[-0.25, 4, None]]]
+    a = Generation.of([11, 4], [-0.5, -0.25], top_logprobs=top)
+    assert first_divergence(a, Generation.of([11, 4], [-0.5, -0.25], top_logprobs=top)) is None
+    ties_swapped = [[[-0.5, 12, "b"], [-0.5, 11, "a"], [-1.0, 3, "c"]], top[1]]
+    assert first_divergence(a, Generation.of([11, 4], [-0.5, -0.25], top_logprobs=ties_swapped)) == 0
+    assert first_divergence(a, Generation.of([11, 4], [-0.5, -0.25], top_logprobs=[top[0], [[-0.0 - 0.25, 4, None]]])) is None
+    assert first_divergence(a, Generation.of([11, 4], [-0.5, -0.25], top_logprobs=[top[0], [[-0.2500001, 4, None]]])) == 1
+    assert first_divergence(a, Generation.of([11, 4], [-0.5, -0.25], top_logprobs=top[:1])) == 1
+    chosen = Generation.of([11, 4], [-0.5, -0.25], token_ids_logprobs=[[[-2.0, 7, None]], [[-3.0, 7, None]]])
+    other = Generation.of([11, 4], [-0.5, -0.25], token_ids_logprobs=[[[-2.0, 7, None]], [[-3.5, 7, None]]])
+    assert first_divergence(chosen, other) == 1 and digest(chosen) != digest(other)
+    for x, y in ((a, Generation.of([11, 4], [-0.5, -0.25], top_logprobs=ties_swapped)), (a, g([11, 4], [-0.5, -0.25]))):
+        assert digest(x) != digest(y)
+
+
+def test_prompt_top_k_logprobs_diverge_at_the_prompt():
+    prompt_top = [None, [[-1.0, 5, None], [-1.0, 6, None]]]
+    a = Generation.of([1], [-1.0], [None, -1.0], prompt_top_logprobs=prompt_top)
+    b = Generation.of([1], [-1.0], [None, -1.0], prompt_top_logprobs=[None, [[-1.0, 6, None], [-1.0, 5, None]]])
+    assert first_divergence(a, b) == PROMPT and a.prompt_top_logprobs[0] == ()
+
+
+def test_a_reply_reads_its_top_k_and_chosen_token_logprobs():
+    reply = {"meta_info": {"output_token_logprobs": [[-0.5, 11, None]],
+                           "output_top_logprobs": [[[-0.5, 11, None], [-0.75, 2, None]]],
+                           "input_top_logprobs": [None, [[-1.5, 9, None]]],
+                           "output_token_ids_logprobs": [[[-4.0, 3, None]]]}}
+    got = Generation.of_reply(reply)
+    assert got.top_logprobs == (((-0.5, 11), (-0.75, 2)),) and got.prompt_top_logprobs == ((), ((-1.5, 9),))
+    assert got.token_ids_logprobs == (((-4.0, 3),),)
+
+
+def _digest_before_top_k(g):
+    """``digest`` as it was before generations carried top-k logprobs (committed digests use it)."""
+    import hashlib
+    import struct
+
+    h = hashlib.sha256()
+    for part, fmt in ((g.tokens, "<q"), (g.logprobs, "<d"), (g.prompt_logprobs, "<d")):
+        h.update(struct.pack("<q", len(part)))
+        for x in part:
+            h.update(struct.pack(fmt, x))
+    return h.hexdigest()[:16]
+
+
+def test_a_digest_without_top_k_is_the_one_from_before_top_k_existed():
+    for gen in (Generation.of([1, 2], [-1.0, -2.0], [None, -0.5]), g([7], [-0.0])):
+        assert digest(gen) == _digest_before_top_k(gen)

@@ -124,6 +124,16 @@ def test_the_default_arms_divergences_split_into_prefill_decode_and_prompt_logpr
            "i not run: holds" in report.checks(summary)
 
 
+def test_the_surface_scenarios_are_negative_controls_where_they_ran():
+    rows = (_needle("default", "a", "p", [("x", 0)], shape="smollm2")
+            + _needle("default", "n", "needle0", [("x", 3)], shape="smollm2")
+            + _needle("default", "q", "json", [("ref", None)], shape="smollm2"))
+    (line,) = [c for c in report.checks(report.recompute(rows, [])) if "default SGLang diverges" in c]
+    assert line == ("smollm2, default SGLang diverges in a, b, d, i, n, q: a 1 / 1 (0 after step 0), b not run, "
+                    "d not run, i not run, n 1 / 1 (1 after step 0), q 0 / 1 (0 after step 0): FAILS")
+    assert "n" in report.SCENARIOS and "r" in report.SCENARIOS
+
+
 def test_overlap_below_the_intended_count_or_missing_is_not_proven():
     rows = _needle("corun", "b", "n", [("ref", None)]) + _needle("corun", "d", "n", [("ref", None)])
     suite = [_suite("corun", "b", comparisons=1, divergent=0, overlap={"intended": 64, "observed_max": 40}),

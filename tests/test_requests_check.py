@@ -155,6 +155,80 @@ def test_verified_and_free_values_pass_through_sglangs_own_classes():
         requests_check.check({f.name: getattr(sub, f.name) for f in dataclasses.fields(sub)}, sub.sampling_params, 3)
 
 
+# ----------------------------------------------------------------- refused parameters a GPU queue chunk measures
+
+MEASURED_VALUES = {
+    "sampling_params": {"frequency_penalty": 0.5, "presence_penalty": -0.5, "repetition_penalty": 1.2,
+                        "min_new_tokens": 3, "logit_bias": {"7": 2.5, "11": -100}, "json_schema": '{"type": "object"}',
+                        "regex": "[a-z]+", "ebnf": 'root ::= "a"', "structural_tag": '{"type": "structural_tag"}'},
+    "request": {"top_logprobs_num": 5, "token_ids_logprob": [3, 7]},
+}
+
+
+def test_the_measurable_parameters_are_the_openai_surfaces():
+    measurable = {p.name for p in requests_check.PARAMETERS if p.measure}
+    assert measurable == set(MEASURED_VALUES["sampling_params"]) | set(MEASURED_VALUES["request"])
+    assert all(p.status == REFUSED and p.accepts is not None and "not yet run among co-runners" in p.note
+               for p in requests_check.PARAMETERS if p.measure)
+
+
+def test_a_measured_parameter_is_served_only_where_measured():
+    sampling, request = MEASURED_VALUES["sampling_params"], MEASURED_VALUES["request"]
+    names = frozenset(sampling) | frozenset(request)
+    with pytest.raises(RequestRefused):
+        requests_check.check({"return_logprob": True, **request}, sampling)
+    requests_check.check({"return_logprob": True, **request}, sampling, measured=names)
+    for name in names:  # measuring the others leaves this one refused
+        one = ({}, {name: sampling[name]}) if name in sampling else ({"return_logprob": True, name: request[name]}, {})
+        requests_check.check(*one, measured=frozenset({name}))
+        with pytest.raises(RequestRefused, match=f"^{name}"):
+            requests_check.check(*one, measured=names - {name})
+
+
+@pytest.mark.parametrize("params,fields,name", [
+    ({"frequency_penalty": "0.5"}, {}, "frequency_penalty"), ({"repetition_penalty": float("nan")}, {}, "repetition_penalty"),
+    ({"min_new_tokens": -1}, {}, "min_new_tokens"), ({"min_new_tokens": 2.0}, {}, "min_new_tokens"),
+    ({"logit_bias": {"seven": 1.0}}, {}, "logit_bias"), ({"logit_bias": {"7": float("inf")}}, {}, "logit_bias"),
+    ({"logit_bias": [7]}, {}, "logit_bias"), ({"json_schema": {"type": "object"}}, {}, "json_schema"),
+    ({"regex": 5}, {}, "regex"), ({}, {"top_logprobs_num": requests_check.TOP_LOGPROBS_MAX + 1}, "top_logprobs_num"),
+    ({}, {"top_logprobs_num": 2.0}, "top_logprobs_num"), ({}, {"token_ids_logprob": ["a"]}, "token_ids_logprob"),
+])
+def test_a_measured_parameter_of_the_wrong_type_is_refused_by_name(params, fields, name):
+    measured = frozenset(MEASURED_VALUES["sampling_params"]) | frozenset(MEASURED_VALUES["request"])
+    with pytest.raises(RequestRefused) as err:
+        requests_check.check(fields, params, measured=measured)
+    assert str(err.value).startswith(name)
+
+
+def test_each_measured_parameter_is_measured_by_the_queue_chunks_it_names():
+    import shlex
+    import tomllib
+
+    queue = tomllib.loads((DOC.parent.parent / "scripts" / "gpu_queue.toml").read_text())
+    commands = {c["id"]: c["command"] for c in queue["chunk"]}
+    for p in requests_check.PARAMETERS:
+        for chunk in filter(None, (c.strip() for c in p.measure.split(","))):
+            assert chunk in commands, f"{p.name}: no queue chunk {chunk}"
+            env = [w for w in shlex.split(commands[chunk]) if w.startswith(requests_check.MEASURE_ENV + "=")]
+            assert env and p.name in requests_check.measured_names(env[0].split("=", 1)[1]), (p.name, chunk)
+
+
+def test_min_new_tokens_needs_the_servers_tokenizer():
+    measured = frozenset({"min_new_tokens"})
+    requests_check.check({}, {"min_new_tokens": 4}, measured=measured)
+    requests_check.check({}, {"min_new_tokens": 0}, measured=measured, has_tokenizer=False)
+    with pytest.raises(RequestRefused, match="^min_new_tokens .*--skip-tokenizer-init"):
+        requests_check.check({}, {"min_new_tokens": 4}, measured=measured, has_tokenizer=False)
+
+
+def test_only_measurable_parameters_can_be_measured():
+    assert requests_check.measured_names(None) == frozenset() == requests_check.measured_names(" , ")
+    assert requests_check.measured_names("regex, top_logprobs_num") == {"regex", "top_logprobs_num"}
+    for value in ("lora_path", "regex,bogus", "custom_params"):
+        with pytest.raises(ValueError, match=requests_check.MEASURE_ENV):
+            requests_check.measured_names(value)
+
+
 # ----------------------------------------------------------------- the OpenAI protocol's conversions
 
 

@@ -1,13 +1,36 @@
 """Request-check adapters: every generate request is checked in the tokenizer process (``requests_check``),
 before SGLang validates it and before anything reaches the scheduler; a refusal is a ``ValueError``, which
-SGLang's HTTP server answers with a 400."""
+SGLang's HTTP server answers with a 400.
+
+The refused parameters a GPU queue chunk measures are served only by a process whose environment names
+them in ``requests_check.MEASURE_ENV`` (the chunk's servers); such a process logs each one once.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
+import os
 
 from corun_sglang import requests_check
 from corun_sglang.adapters import state
+
+logger = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=8)
+def _measured(value: str | None) -> frozenset:
+    names = requests_check.measured_names(value)
+    for name in sorted(names):
+        logger.warning("corun: serving %s, which is not verified under --corun, for the GPU queue chunk that "
+                       "measures it (%s is set)", name, requests_check.MEASURE_ENV)
+    return names
+
+
+def measured() -> frozenset:
+    """The refused parameters this process serves for a GPU queue chunk that measures them (usually none)."""
+    return _measured(os.environ.get(requests_check.MEASURE_ENV))
 
 
 def _fields(obj) -> dict:
@@ -23,7 +46,8 @@ def check_request(original, self, obj, input_ids, *args, **kwargs):
     if state.corun(self.server_args) and isinstance(obj, GenerateReqInput):
         requests_check.check(
             _fields(obj), obj.sampling_params, None if input_ids is None else len(input_ids),
-            preferred=getattr(self, "preferred_sampling_params", None),
+            preferred=getattr(self, "preferred_sampling_params", None), measured=measured(),
+            has_tokenizer=not self.server_args.skip_tokenizer_init,
         )
     return original(self, obj, input_ids, *args, **kwargs)
 

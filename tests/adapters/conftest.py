@@ -37,8 +37,8 @@ def tokenizer_manager(make_args):
     from sglang.srt.managers.tokenizer_manager import TokenizerManager
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    def build(corun: bool = True):
-        args = make_args(corun=corun)
+    def build(corun: bool = True, **options):
+        args = make_args(corun=corun, **options)
         publish(args, role="tokenizer")
         tm = TokenizerManager.__new__(TokenizerManager)
         tm.server_args, tm.elastic_worker_count = args, 1

