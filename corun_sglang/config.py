@@ -257,6 +257,7 @@ class CorunConfig:
     prefix_grid: int | None = None  # --corun-prefix-cache: its prefill grid (prefix_cache.GRID), else None
     prefill_graph_sizes: tuple[int, ...] | None = None  # the prefill CUDA graph's token counts, as resolved
     default_max_new_tokens: int | None = None  # --corun-default-max-new-tokens
+    measured: tuple[str, ...] = ()  # --corun-measure: refused request parameters served, unverified
     tier_record: Any = None  # tiers.Record
     pack_record: Any = None  # pack_record.Record
     calibration: Any = None  # calibration.Calibration.as_info(): what calibration served and why
@@ -318,6 +319,7 @@ class CorunConfig:
             f"attention={self.attention_backend} (no split-KV decode), "
             f"sampling={self.sampling_backend}, random_seed={self.random_seed}, "
             f"moe_padding={self.moe_padding}, {self._cache()}, mixed_chunk=off, batch_invariant_ops=off"
+            + (f", UNVERIFIED request parameters served: {', '.join(self.measured)}" if self.measured else "")
         )
 
 
@@ -444,6 +446,8 @@ def freeze(args: Any, records: Records, attention_backends: tuple[str, str], sho
         prefix_grid=prefix_grid(args),
         prefill_graph_sizes=None if prefill.bs is None else tuple(prefill.bs),
         default_max_new_tokens=getattr(args, "corun_default_max_new_tokens", None),
+        measured=tuple(sorted({n.strip() for n in (getattr(args, "corun_measure", None) or "").split(",")
+                               if n.strip()})),
         tier_record=records.tier_record,
         pack_record=records.pack_record,
         calibration=calibration,

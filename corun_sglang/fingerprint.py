@@ -38,6 +38,7 @@ def configuration(cfg: Any) -> dict[str, Any]:
     grid = getattr(cfg, "prefix_grid", None)
     return {
         **({} if grid is None else {"prefix cache grid": grid}),
+        **({"unverified request parameters": list(cfg.measured)} if getattr(cfg, "measured", ()) else {}),
         "N": cfg.decode_batch_size,
         "decode tiers": list(cfg.decode_tiers),
         "decode tiers verified": cfg.decode_tiers_verified,

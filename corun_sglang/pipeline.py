@@ -83,8 +83,14 @@ def check(args: Any, sglang_defaults: Mapping[str, Any], environ: Mapping[str, s
     records given."""
     from corun_sglang import startup
 
+    from corun_sglang import requests_check
+
     env, conflicts = config.collective_env(args, environ)
     given, problems = given_records(args)
+    try:
+        requests_check.measured_names(getattr(args, "corun_measure", None))
+    except ValueError as exc:
+        problems.append(f"{exc}. Fix: name only parameters a GPU queue chunk measures, or drop --corun-measure")
     problems = (startup.problems() + conflicts + problems + refusals.refusals(args, given)
                 + options.refusals(args, sglang_defaults))
     if problems:
@@ -136,6 +142,9 @@ def records(args: Any, given: Records, sglang_defaults: Mapping[str, Any],
     if served.pack_candidate:
         logger.warning("corun prefill pack candidate %s: unverified, outputs are NOT deterministic",
                        served.pack_candidate)
+    if getattr(args, "corun_measure", None):
+        logger.warning("corun --corun-measure %s: these request parameters are served UNVERIFIED, for the GPU "
+                       "queue chunk that measures them", args.corun_measure)
     return served, found
 
 

@@ -321,6 +321,7 @@ PART_OF_CORUN = (
      "decode tiers are part of --corun", "drop them"),
     (("corun_default_max_new_tokens",), "--corun-default-max-new-tokens", "part of --corun",
      "drop --corun-default-max-new-tokens"),
+    (("corun_measure",), "--corun-measure", "part of --corun", "drop --corun-measure"),
 )
 
 #: What each of those fields is when not given.

@@ -10,9 +10,9 @@ Pure: nothing here imports SGLang. ``PARAMETERS`` classifies every parameter of 
 - ``REFUSED``: no evidence under ``--corun``; a request that sets it away from SGLang's default is refused.
 
 A refused parameter whose mechanism ``--corun`` makes row-local but that no GPU run has compared among
-co-runners yet names the queue chunk that measures it (``Param.measure``). That chunk's servers set
-``MEASURE_ENV`` to the names they measure, and only there such a parameter is served (type-checked as
-a verified one would be); a production server never sets it.
+co-runners yet names the queue chunk that measures it (``Param.measure``). That chunk's servers name it in
+``--corun-measure``, and only there such a parameter is served (type-checked as a verified one would be);
+such a server says so in its log, its ``/server_info`` and its ``system_fingerprint``.
 
 Invariants of ``problems()`` (``check()`` raises them as one ``RequestRefused``, a ``ValueError`` that
 SGLang's HTTP server answers with a 400):
@@ -48,8 +48,8 @@ _Strings = Union[StrictStr, list[StrictStr]]
 _Seed = Annotated[StrictInt, Field(ge=0, lt=SEED_LIMIT)]
 _Finite = Union[StrictInt, confloat(strict=True, allow_inf_nan=False)]
 
-#: The environment variable a GPU queue chunk sets to the refused parameters it measures (comma-separated).
-MEASURE_ENV = "CORUN_SGLANG_MEASURE"
+#: The server option a GPU queue chunk names the refused parameters it measures with (comma-separated).
+MEASURE_OPTION = "--corun-measure"
 
 #: The most top-k logprobs a request may ask for per position (the GPU suite runs 0 to this many).
 TOP_LOGPROBS_MAX = 64
@@ -310,12 +310,12 @@ def _refused(param: Param, measured: frozenset) -> bool:
 
 
 def measured_names(value: str | None) -> frozenset:
-    """The parameters a ``MEASURE_ENV`` value names; ``ValueError`` for a name no queue chunk measures."""
+    """The parameters a ``MEASURE_OPTION`` value names; ``ValueError`` for a name no queue chunk measures."""
     names = frozenset(n.strip() for n in (value or "").split(",") if n.strip())
     measurable = {p.name for p in PARAMETERS if p.measure}
     unknown = sorted(names - measurable)
     if unknown:
-        raise ValueError(f"{MEASURE_ENV} names {', '.join(unknown)}, which no GPU queue chunk measures; "
+        raise ValueError(f"{MEASURE_OPTION} names {', '.join(unknown)}, which no GPU queue chunk measures; "
                          f"measurable: {', '.join(sorted(measurable))}")
     return names
 

@@ -109,6 +109,13 @@ class CorunServerArgs(SGLangServerArgs):
         "group or n > 1 prefills once). Replaces the prefill pack. Off until the determinism suite verifies it.",
     ] = False
 
+    corun_measure: A[
+        Optional[str],
+        "For the GPU determinism suite only: with --corun, also serve these refused request parameters "
+        "(comma-separated), which a queue chunk compares among co-runners. Requests that use them are NOT "
+        "verified to be deterministic; the server's log, /server_info and system_fingerprint say so.",
+    ] = None
+
     corun_calibrate: A[
         Literal["auto", "off", "force"],
         "With --corun: 'auto' serves the decode tiers and prefill pack verified for this model, GPU, software "

@@ -124,3 +124,17 @@ def test_n_defaults_in_one_place():
     assert found == ["corun_sglang/config.py:" + str(next(
         n for n, line in enumerate((ROOT / "corun_sglang" / "config.py").read_text().splitlines(), 1)
         if "return args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS" in line))], found
+
+
+def test_a_measuring_server_says_so_in_its_summary_and_fingerprint(make_args):
+    from corun_sglang import fingerprint
+
+    plain = make_args(corun=True).corun_config
+    measuring = make_args(corun=True, corun_measure="regex,top_logprobs_num").corun_config
+    assert measuring.measured == ("regex", "top_logprobs_num") and plain.measured == ()
+    assert "UNVERIFIED request parameters served: regex, top_logprobs_num" in measuring.summary()
+    assert fingerprint.configuration(measuring) != fingerprint.configuration(plain)
+    with pytest.raises(config.CorunConfigError, match="--corun-measure names lora_path"):
+        make_args(corun=True, corun_measure="lora_path")
+    with pytest.raises(config.CorunConfigError, match="--corun-measure: part of --corun"):
+        make_args(corun_measure="regex")

@@ -209,8 +209,10 @@ def test_each_measured_parameter_is_measured_by_the_queue_chunks_it_names():
     for p in requests_check.PARAMETERS:
         for chunk in filter(None, (c.strip() for c in p.measure.split(","))):
             assert chunk in commands, f"{p.name}: no queue chunk {chunk}"
-            env = [w for w in shlex.split(commands[chunk]) if w.startswith(requests_check.MEASURE_ENV + "=")]
-            assert env and p.name in requests_check.measured_names(env[0].split("=", 1)[1]), (p.name, chunk)
+            env = [w for w in shlex.split(commands[chunk]) if w.startswith("CORUN_SUITE_CORUN_ARGS=")]
+            given = shlex.split(env[0].split("=", 1)[1]) if env else []
+            assert given[:1] == [requests_check.MEASURE_OPTION], (p.name, chunk)
+            assert p.name in requests_check.measured_names(given[1]), (p.name, chunk)
 
 
 def test_min_new_tokens_needs_the_servers_tokenizer():
@@ -225,7 +227,7 @@ def test_only_measurable_parameters_can_be_measured():
     assert requests_check.measured_names(None) == frozenset() == requests_check.measured_names(" , ")
     assert requests_check.measured_names("regex, top_logprobs_num") == {"regex", "top_logprobs_num"}
     for value in ("lora_path", "regex,bogus", "custom_params"):
-        with pytest.raises(ValueError, match=requests_check.MEASURE_ENV):
+        with pytest.raises(ValueError, match=requests_check.MEASURE_OPTION):
             requests_check.measured_names(value)
 
 

@@ -2,16 +2,14 @@
 before SGLang validates it and before anything reaches the scheduler; a refusal is a ``ValueError``, which
 SGLang's HTTP server answers with a 400.
 
-The refused parameters a GPU queue chunk measures are served only by a process whose environment names
-them in ``requests_check.MEASURE_ENV`` (the chunk's servers); such a process logs each one once.
+The refused parameters a GPU queue chunk measures are served only by a server started with
+``--corun-measure`` naming them (``CorunConfig.measured``: the chunk's servers).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-import os
 
 from corun_sglang import requests_check
 from corun_sglang.adapters import state
@@ -19,18 +17,10 @@ from corun_sglang.adapters import state
 logger = logging.getLogger(__name__)
 
 
-@functools.lru_cache(maxsize=8)
-def _measured(value: str | None) -> frozenset:
-    names = requests_check.measured_names(value)
-    for name in sorted(names):
-        logger.warning("corun: serving %s, which is not verified under --corun, for the GPU queue chunk that "
-                       "measures it (%s is set)", name, requests_check.MEASURE_ENV)
-    return names
-
-
 def measured() -> frozenset:
-    """The refused parameters this process serves for a GPU queue chunk that measures them (usually none)."""
-    return _measured(os.environ.get(requests_check.MEASURE_ENV))
+    """The refused parameters this server serves for a GPU queue chunk that measures them (usually none)."""
+    cfg = state.config()
+    return frozenset() if cfg is None else frozenset(cfg.measured)
 
 
 def _fields(obj) -> dict:

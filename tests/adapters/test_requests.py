@@ -120,8 +120,8 @@ def _answering(tm):
 def openai_client(tokenizer_manager, tmp_path, monkeypatch):
     """``client(measured=(), tool_call_parser=None)``: the official ``openai`` client, served by SGLang's own
     FastAPI app and OpenAI serving classes over its ``TokenizerManager`` (a word-level tokenizer with a chat
-    template; the scheduler answered by ``_answering``); ``measured`` is what the process's ``MEASURE_ENV``
-    names, ``tool_call_parser`` the server's ``--tool-call-parser``."""
+    template; the scheduler answered by ``_answering``); ``measured`` is what the server's ``--corun-measure``
+    names (its ``--corun-measure``), ``tool_call_parser`` the server's ``--tool-call-parser``."""
     import httpx
     import openai
     from sglang.srt.entrypoints import http_server
@@ -130,17 +130,13 @@ def openai_client(tokenizer_manager, tmp_path, monkeypatch):
     from sglang.srt.parser.template_manager import TemplateManager
     from transformers import AutoTokenizer
 
-    from corun_sglang import requests_check
     from corun_sglang.tools import synthetic
 
     tokenizer = AutoTokenizer.from_pretrained(str(synthetic.write_tokenizer(tmp_path / "tokenizer", "qwen3-tiny")))
 
     def client(measured=(), tool_call_parser=None):
-        if measured:
-            monkeypatch.setenv(requests_check.MEASURE_ENV, ",".join(measured))
-        else:
-            monkeypatch.delenv(requests_check.MEASURE_ENV, raising=False)
-        tm = _answering(tokenizer_manager(tool_call_parser=tool_call_parser))
+        tm = _answering(tokenizer_manager(tool_call_parser=tool_call_parser,
+                                          corun_measure=",".join(measured) or None))
         tm.tokenizer, tm.served_model_name, tm.async_dynamic_batch_tokenizer = tokenizer, "tiny", None
         templates = TemplateManager()
         monkeypatch.setattr(http_server.app.state, "openai_serving_completion",
@@ -290,19 +286,17 @@ def test_min_new_tokens_is_refused_where_the_scheduler_has_no_tokenizer(tokenize
     from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 
     from adapters.helpers import _cache, _req
-    from corun_sglang import requests_check
 
-    tm = tokenizer_manager(skip_tokenizer_init=True)
+    tm = tokenizer_manager(skip_tokenizer_init=True, corun_measure="min_new_tokens")
     _, cache = _cache(1000)
     req = _req(1, 10, 8, cache)
     req.sampling_params.min_new_tokens, req.tokenizer = 4, None  # what a --skip-tokenizer-init scheduler gives it
     with pytest.raises(AttributeError, match="additional_stop_token_ids"):
         SamplingBatchInfo.from_schedule_batch(ScheduleBatch(reqs=[req], device="cpu"), vocab_size=1024)
-    monkeypatch.setenv(requests_check.MEASURE_ENV, "min_new_tokens")
     body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 8, "min_new_tokens": 4}}
     with pytest.raises(ValueError, match="--skip-tokenizer-init"):
         _generate(tm, GenerateReqInput(**body))
     assert not tm.sent
-    tm = tokenizer_manager()
+    tm = tokenizer_manager(corun_measure="min_new_tokens")
     _generate(tm, GenerateReqInput(**body))
     assert tm.sent[0].sampling_params.min_new_tokens == 4

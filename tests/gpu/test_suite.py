@@ -81,6 +81,9 @@ TP = int(os.environ.get("CORUN_SUITE_TP", "1"))
 STATIC_GB = float(os.environ.get("CORUN_SUITE_STATIC_GB", "36"))
 PERMUTATIONS = int(os.environ.get("CORUN_SUITE_PERMUTATIONS", "2"))
 TEXT = os.environ.get("CORUN_SUITE_TEXT") == "1"
+#: Options for the ``--corun`` arms only (``CORUN_SUITE_CORUN_ARGS``): ``--corun-measure`` for the chunks that
+#: measure refused request parameters.
+CORUN_ARGS = os.environ.get("CORUN_SUITE_CORUN_ARGS", "").split()
 SERVER_ARGS = os.environ.get("CORUN_SUITE_SERVER_ARGS", "--attention-backend flashinfer").split() + [
     "--chunked-prefill-size", "2048", "--tp-size", str(TP), "--load-snapshot-publish-interval", "1"]
 #: the scenarios where default SGLang is the negative control (n-r: ``test_suite_surface.py``)
@@ -129,7 +132,8 @@ def arms(request, launch, tmp_path_factory):
     try:
         for arm in SELECTED:  # one after another: each sizes its memory from what is free at its start
             try:
-                servers[arm] = launch(str(ckpt), *ARMS[arm], *SERVER_ARGS, name=f"suite-{shape}-{arm}",
+                corun_only = CORUN_ARGS if arm.startswith("corun") else []
+                servers[arm] = launch(str(ckpt), *ARMS[arm], *corun_only, *SERVER_ARGS, name=f"suite-{shape}-{arm}",
                                       static_gb=STATIC_GB, text=TEXT)
             except (RuntimeError, TimeoutError) as exc:
                 if arm not in REPORTED_ONLY:

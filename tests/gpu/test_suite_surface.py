@@ -16,7 +16,7 @@ Each scenario reuses ``test_suite``'s arms, evidence and verdicts (the default a
 diverge); each also proves the feature acted (``_applied``): a penalized, biased or constrained needle differs
 from its plain twin, a banned token never appears, a grammar's output parses. Servers serve text
 (``CORUN_SUITE_TEXT=1``); the chunks add ``--tool-call-parser qwen25`` (a forced tool call then becomes a
-structural tag) and set ``requests_check.MEASURE_ENV`` to the refused parameters they measure.
+structural tag) and name the refused parameters they measure in ``--corun-measure`` (``CORUN_SUITE_CORUN_ARGS``).
 """
 
 import dataclasses
