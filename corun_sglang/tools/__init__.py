@@ -1,3 +1,4 @@
-"""Tooling for tests, benchmarks and the verification probes: seeded random-normal checkpoints
-(``synthetic``) and a server subprocess (``launch``). Nothing here runs inside a ``--corun`` server,
-except the dummy loader's synthetic draw, which is registered only where ``synthetic.SEED_ENV`` is set."""
+"""Layer 5, tools for tests, benchmarks and the demo: seeded random-normal checkpoints (``synthetic``), real models
+shipped as packages (``models``), evidence from suite runs (``evidence``, ``loads``) and the malformed-request
+corpus. Imports ``core``, ``records`` and ``probes``; no runtime layer imports it (the dummy loader's synthetic
+draw is registered by name, only where ``probes.launch.SEED_ENV`` is set)."""
