@@ -21,7 +21,7 @@ import json
 import sys
 
 from bench import workloads
-from corun_sglang import packing, policy
+from corun_sglang.core import packing, policy
 
 #: Prefill kinds: a prompt that runs alone (shorter than the shortest packable prompt, or longer than the
 #: pack), a pack that holds one prompt, a pack of two or more.

@@ -36,7 +36,7 @@ def checkpoint(shape: str, root: Path) -> Path:
 def start(model: Path, args: list[str], log: Path, static_gb: float | None) -> dict:
     import httpx
 
-    from corun_sglang.tools.launch import Server
+    from corun_sglang.probes.launch import Server
 
     began = time.monotonic()
     try:

@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args(argv)
 
-    from corun_sglang.tools.launch import Server
+    from corun_sglang.probes.launch import Server
 
     ckpt = common.prepare(args)
     arms = [("STD", None)] + [("CoRun", int(n)) for n in args.n.split(",")]

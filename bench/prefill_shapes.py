@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from bench import common, run
-from corun_sglang import verify_packing
-from corun_sglang.tools import generate
+from corun_sglang.probes import verify_packing
+from corun_sglang.probes import generate
 
 #: Requests per packing at most: well below the server's 256 running requests, so each packing can be
 #: one prefill batch.
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
                         help="extra server options for one arm (repeatable), as in bench/run.py")
     args = parser.parse_args(argv)
 
-    from corun_sglang.tools.launch import Server
+    from corun_sglang.probes.launch import Server
 
     arms = run.arms_of(parser, args.arms)
     extra = run.arm_args(args.arm_args, arms)

@@ -34,8 +34,8 @@ import statistics
 import time
 from pathlib import Path
 
-from corun_sglang.compare import Generation, first_divergence
-from corun_sglang.tools import generate
+from corun_sglang.core.compare import Generation, first_divergence
+from corun_sglang.probes import generate
 
 #: Tokens past the grid where an ``off-grid`` prefix ends.
 OFF_GRID = 7
@@ -107,7 +107,7 @@ def prefill_ms(url: str, prompt: list[int], repeats: int) -> float:
 
 def main(argv=None) -> int:
     from bench import common
-    from corun_sglang.tools.launch import Server
+    from corun_sglang.probes.launch import Server
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_options(parser, out="prefix_grid.json", server_args="--attention-backend flashinfer")

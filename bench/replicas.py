@@ -46,8 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from corun_sglang.compare import Generation, digest, first_divergence
-from corun_sglang.tools import generate
+from corun_sglang.core.compare import Generation, digest, first_divergence
+from corun_sglang.probes import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker" / "compose.replicas.yaml"
@@ -347,7 +347,7 @@ class Router:
                  module: str = ROUTER_MODULE):
         import httpx
 
-        from corun_sglang.tools.launch import _free_port
+        from corun_sglang.probes.launch import _free_port
 
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -484,7 +484,7 @@ def fingerprint(url: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     from corun_sglang.tools import synthetic
-    from corun_sglang.tools.launch import Server
+    from corun_sglang.probes.launch import Server
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="results/replicas", help="results folder (JSON and logs)")

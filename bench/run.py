@@ -218,7 +218,8 @@ def add_pack_options(parser: argparse.ArgumentParser) -> None:
 def pack_record(args, label: str, ckpt, shared: list[str]):
     """The prefill pack record: ``--pack`` where given, else the one of this checkpoint and server options,
     verified once and kept in the logs folder (``PackingError`` where the pack does not verify)."""
-    from corun_sglang import pack_record as packing, verify_packing
+    from corun_sglang.probes import verify_packing
+    from corun_sglang.records import pack_record as packing
 
     if args.pack:
         return packing.load(Path(args.pack))
@@ -258,20 +259,22 @@ def served(info: dict) -> dict:
 def tiers_record(args, label: str, ckpt, shared: list[str], env: dict[str, str] | None = None):
     """The decode tiers record: ``--tiers`` where given, else the one of this checkpoint, server options
     and added environment, verified once and kept in the logs folder."""
-    from corun_sglang import tiers, verify_tiers
+    from corun_sglang.probes import verify_tiers
+    from corun_sglang.records import tier_record
+    from corun_sglang.core import tiers
 
     if args.tiers:
-        return tiers.load(Path(args.tiers))
+        return tier_record.load(Path(args.tiers))
     setting = "".join(f"-{name}={value}" for name, value in sorted((env or {}).items()))
     path = Path(args.logs) / f"tiers-{label}-n{args.max_running_requests}{setting}.json"
     if path.exists():
-        return tiers.load(path)
+        return tier_record.load(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = verify_tiers.verify(str(ckpt), tiers.parse_sizes(args.tier_candidates), args.max_running_requests,
                                  path, path.with_suffix(".log"), server_args=shared, static_gb=args.static_gb,
                                  env=env)
     print(verify_tiers.render(record), flush=True)
-    return tiers.load(path)
+    return tier_record.load(path)
 
 
 def main(argv=None) -> int:
@@ -313,7 +316,7 @@ def main(argv=None) -> int:
                         help="tensor-parallel size; rows of TP > 1 are labelled SHAPE-tpN")
     args = parser.parse_args(argv)
 
-    from corun_sglang.tools.launch import Server
+    from corun_sglang.probes.launch import Server
 
     out = Path(args.out)
     label = args.shape if args.tp_size == 1 else f"{args.shape}-tp{args.tp_size}"

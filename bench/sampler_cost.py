@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     from sglang.srt.runtime_context import publish
     from sglang.srt.server_args import ServerArgs
 
-    from corun_sglang.sampler import CorunSampler
+    from corun_sglang.serving.sampler import CorunSampler
 
     import tempfile
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from corun_sglang.tools import generate
+from corun_sglang.probes import generate
 
 FOLDER = Path(__file__).parent / "workloads"
 TRACES = {

@@ -1,5 +1,5 @@
 import sys
 
-from corun_sglang.cli import main
+from corun_sglang.commands.cli import main
 
 sys.exit(main())

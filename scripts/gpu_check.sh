@@ -16,7 +16,7 @@ mkdir -p "$results"
     nvidia-smi --query-gpu=name,memory.total,uuid,driver_version --format=csv,noheader
     python3 -c "import torch, sglang, flashinfer; print('torch', torch.__version__, 'sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"
 } > "$results/host.txt" 2>&1
-corun-sglang apply-patches > "$results/patches.log" 2>&1 || python3 -m corun_sglang.cli apply-patches >> "$results/patches.log" 2>&1
+corun-sglang apply-patches > "$results/patches.log" 2>&1 || python3 -m corun_sglang.commands.cli apply-patches >> "$results/patches.log" 2>&1
 # Default SGLang's own attention on Hopper is FA3, which the GPU host's wheelhouse brings only with FA3=1:
 # every server runs FlashInfer unless CORUN_SERVER_ARGS says otherwise.
 CORUN_SERVER_ARGS="${CORUN_SERVER_ARGS---attention-backend flashinfer}" \

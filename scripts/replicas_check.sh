@@ -15,6 +15,6 @@ mkdir -p "$results"
     nvidia-smi --query-gpu=name,memory.total,uuid,driver_version --format=csv,noheader
     python3 -c "import sglang, sglang_router; print('sglang', sglang.__version__, 'sglang-router', sglang_router.__version__)"
 } > "$results/host.txt" 2>&1
-corun-sglang apply-patches > "$results/patches.log" 2>&1 || python3 -m corun_sglang.cli apply-patches >> "$results/patches.log" 2>&1
+corun-sglang apply-patches > "$results/patches.log" 2>&1 || python3 -m corun_sglang.commands.cli apply-patches >> "$results/patches.log" 2>&1
 PYTHONUNBUFFERED=1 python3 -m bench.replicas --out "$results" "$@" 2>&1 | tee "$results/replicas.log"
 exit "${PIPESTATUS[0]}"

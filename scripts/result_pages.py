@@ -35,7 +35,7 @@ def demo_page(folder: Path) -> str | None:
     if not path.is_file():
         return None
     sys.path.insert(0, str(ROOT))
-    from corun_sglang import demo
+    from corun_sglang.commands import demo
 
     data = json.loads(path.read_text())
     arms = {name: [demo.Row(**row) for row in arm["rows"]] for name, arm in data["arms"].items()}

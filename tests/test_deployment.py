@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from corun_sglang import refusals
+from corun_sglang.core import refusals
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker" / "compose.replicas.yaml"
@@ -195,7 +195,7 @@ def test_the_router_is_pinned_as_an_extra_and_installed_with_the_tests_and_the_i
 def test_dp_size_is_refused_with_replicas_behind_the_router_as_the_fix():
     from types import SimpleNamespace
 
-    from corun_sglang.server_args import _sglang_defaults
+    from corun_sglang.serving.server_args import _sglang_defaults
 
     args = SimpleNamespace(**{**_sglang_defaults(), "dp_size": 2})
     (message,) = refusals.refusals(args)

@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from corun_sglang import demo
+from corun_sglang.commands import demo
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "result_pages.py"
 spec = importlib.util.spec_from_file_location("result_pages", SCRIPT)

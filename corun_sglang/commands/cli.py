@@ -9,7 +9,7 @@ import sys
 def _apply_patches(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from corun_sglang import patches
+    from corun_sglang.serving import patches
 
     root = Path(args.site_packages) if args.site_packages else None
     try:
@@ -30,7 +30,7 @@ def _apply_patches(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from corun_sglang import verify
+    from corun_sglang.commands import verify
 
     found = verify.problems(args.prompts, args.batch)
     if found:
@@ -69,7 +69,8 @@ def _verify_tiers(args: argparse.Namespace) -> int:
     import shlex
     from pathlib import Path
 
-    from corun_sglang import tiers, verify_tiers
+    from corun_sglang.probes import verify_tiers
+    from corun_sglang.core import tiers
 
     try:
         candidates = tiers.parse_sizes(args.candidates)
@@ -101,7 +102,8 @@ def _verify_prefill_pack(args: argparse.Namespace) -> int:
     import shlex
     from pathlib import Path
 
-    from corun_sglang import packing, verify_packing
+    from corun_sglang.core import packing
+    from corun_sglang.probes import verify_packing
 
     found = packing.pack_problems(args.pack, None)
     if found:
@@ -129,7 +131,7 @@ def _demo(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from corun_sglang import demo
+    from corun_sglang.commands import demo
     from corun_sglang.tools import models
 
     found = demo.problems(args.concurrency, args.max_tokens)
@@ -165,7 +167,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from corun_sglang import doctor
+    from corun_sglang.commands import doctor
 
     found = doctor.checks(args.model_path)
     print(doctor.render(found, args.allow_no_gpu))

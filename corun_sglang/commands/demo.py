@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
 
-from corun_sglang.compare import Generation, first_divergence
-from corun_sglang.tools import generate
+from corun_sglang.core.compare import Generation, first_divergence
+from corun_sglang.probes import generate
 
 #: The name the demo's servers serve the model under.
 MODEL = "smollm2"
@@ -265,7 +265,7 @@ def serve_and_run(model: Path, arm: str, cases: Sequence[Case], concurrency: int
                   static_gb: float | None, progress: Callable[[str], None]) -> tuple[list[Row], list[str]]:
     """Start ``arm``'s server on ``model`` (N = ``concurrency``), run the cases, stop it; its rows and
     command."""
-    from corun_sglang.tools.launch import Server
+    from corun_sglang.probes.launch import Server
 
     args = [*ARM_ARGS[arm], "--served-model-name", MODEL, "--max-running-requests", str(concurrency)]
     progress(f"{ARM_TITLES[arm]}: starting the server (log: {log})")

@@ -33,7 +33,7 @@ def _startup() -> list[Check]:
     """``startup.parts()``, the check ``--corun`` runs, one line a part, with SGLang's plugins loaded."""
     from sglang.srt.plugins import load_plugins
 
-    from corun_sglang import startup
+    from corun_sglang.serving import startup
 
     load_plugins()
     return [Check(part.name, not part.problems, "; ".join(part.problems) or part.detail)
@@ -53,7 +53,7 @@ def _gpu() -> Check:
 def _configuration(model_path: str | None) -> Check:
     from sglang.srt.server_args import ServerArgs
 
-    from corun_sglang import config
+    from corun_sglang.core import config
 
     if model_path is None:
         base = ServerArgs.__mro__[1] if "corun" in ServerArgs.__dataclass_fields__ else ServerArgs

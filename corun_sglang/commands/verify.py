@@ -24,8 +24,8 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from corun_sglang.compare import Generation, first_divergence
-from corun_sglang.tools.generate import WORDS, text_prompts  # noqa: F401 (WORDS: the words of the prompts)
+from corun_sglang.core.compare import Generation, first_divergence
+from corun_sglang.probes.generate import text_prompts
 
 #: The prompts verify sends: text of seeded words (``tools.generate.text_prompts``).
 prompts = text_prompts

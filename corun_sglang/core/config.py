@@ -6,13 +6,13 @@ SGLang resolves its options and ``freeze`` after, so that every decision below c
 
 Invariants of a configuration that ``resolve()`` accepts:
 - decode runs CUDA graphs only, of batch size N = ``max_running_requests`` and of
-  the decode tiers below N (``corun_sglang.tiers``; none unless given), with
+  the decode tiers below N (``corun_sglang.records.tier_record``; none unless given), with
   padding (a smaller batch replays the smallest graph that holds it);
 - prefill and decode never share a batch (no mixed chunk), and the radix cache
   is off (a cache hit would change the prefill shape of a request), or, with
   ``--corun-prefix-cache``, on with every prompt's prefill chunked on the grid of
-  ``corun_sglang.prefix_cache`` and only the hits that grid makes exact served (no prefill pack);
-- a prefill batch holds one request, or, with a prefill pack (``corun_sglang.packing``), packable
+  ``corun_sglang.core.prefix_cache`` and only the hits that grid makes exact served (no prefill pack);
+- a prefill batch holds one request, or, with a prefill pack (``corun_sglang.core.packing``), packable
   prompts only, on SGLang's breakable prefill graph, which captures no token count below the pack;
   without a pack, prefill runs eagerly or on the breakable graph (``PREFILL_GRAPH_BACKENDS``);
 - prefill and decode attention run on FlashInfer;
@@ -20,7 +20,7 @@ Invariants of a configuration that ``resolve()`` accepts:
 - SGLang's batch-invariant ops (``--enable-deterministic-inference``) stay off;
 - MoE padding rows (``--corun-moe-padding``) resolve to ``skip`` or ``compute``; ``skip`` only
   where SGLang's MoE runner is its Triton kernels, which give a row without an expert zeros
-  (``corun_sglang.moe_padding``);
+  (``corun_sglang.core.moe_padding``);
 - no feature that splits, reshapes or redistributes a batch (speculative
   decoding, DP attention, PD disaggregation, pipeline parallelism, two-batch
   overlap); TP 1 or 2 (``TP_SIZES_VERIFIED``), with TP 2 every all-reduce on
@@ -28,7 +28,7 @@ Invariants of a configuration that ``resolve()`` accepts:
 - the decode tiers and the prefill pack it serves are a verified record's (``CorunConfig.tier_record``,
   ``CorunConfig.pack_record``), or unverified candidates that make no determinism promise;
 - every other SGLang option is free, at a verified value, or at SGLang's
-  default (``corun_sglang.options``).
+  default (``corun_sglang.core.options``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ DEFAULT_MAX_RUNNING_REQUESTS = 256
 #: The only attention backend whose decode path runs without split-KV here.
 ATTENTION_BACKEND = "flashinfer"
 
-#: The sampling backend whose draws are bound to requests (``corun_sglang.sampler``).
+#: The sampling backend whose draws are bound to requests (``corun_sglang.serving.sampler``).
 SAMPLING_BACKEND = "corun"
 
 #: Tensor-parallel sizes served under --corun (each verified on GPUs with its collectives).
@@ -118,7 +118,7 @@ def batch_size(args: Any) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Records:
-    """The decode tiers and the prefill pack a server serves: verified records (``tiers.Record``,
+    """The decode tiers and the prefill pack a server serves: verified records (``tier_record.Record``,
     ``pack_record.Record``, given or calibrated) or unverified candidates (for the probes), and how long a
     pack the KV pool cuts short waits. Nothing given: plain N and isolated prefill."""
 
@@ -151,7 +151,7 @@ def graph_json(args: Any, phase: str) -> dict:
 
 def prefix_grid(args: Any) -> int | None:
     """The prefill grid of ``--corun-prefix-cache`` (``prefix_cache.GRID``), or None without it."""
-    from corun_sglang.prefix_cache import GRID
+    from corun_sglang.core.prefix_cache import GRID
 
     return GRID if getattr(args, "corun_prefix_cache", False) else None
 
@@ -165,7 +165,7 @@ def prefill_graph_off(args: Any) -> bool:
 
 def decode_sizes(args: Any, records: Records) -> list[int]:
     """Every decode graph size a ``--corun`` server captures: its tiers, then N."""
-    from corun_sglang.tiers import capture_sizes
+    from corun_sglang.core.tiers import capture_sizes
 
     return capture_sizes(records.decode_tiers, batch_size(args))
 
@@ -232,6 +232,16 @@ def defaults(args: Any, records: Records) -> dict[str, Any]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Served:
+    """What a server serves that a record verifies: its ``record`` (None: unverified candidates, for
+    ``corun-sglang <command>``), given with ``option``."""
+
+    record: Any
+    option: str
+    command: str
+
+
+@dataclasses.dataclass(frozen=True)
 class CorunConfig:
     """The resolved shape configuration of a ``--corun`` server, with the records it serves.
 
@@ -258,14 +268,14 @@ class CorunConfig:
     prefill_graph_sizes: tuple[int, ...] | None = None  # the prefill CUDA graph's token counts, as resolved
     default_max_new_tokens: int | None = None  # --corun-default-max-new-tokens
     measured: tuple[str, ...] = ()  # --corun-measure: refused request parameters served, unverified
-    tier_record: Any = None  # tiers.Record
+    tier_record: Any = None  # records.tier_record.Record
     pack_record: Any = None  # pack_record.Record
     calibration: Any = None  # calibration.Calibration.as_info(): what calibration served and why
 
     @property
     def decode_sizes(self) -> list[int]:
         """Every decode graph size the server captures: its tiers, then N."""
-        from corun_sglang.tiers import capture_sizes
+        from corun_sglang.core.tiers import capture_sizes
 
         return capture_sizes(self.decode_tiers, self.decode_batch_size)
 
@@ -275,10 +285,8 @@ class CorunConfig:
         return None if self.prefill_pack is None else (self.prefill_pack, self.prefill_pack_shortest)
 
     def served_records(self) -> list:
-        """What a record verifies that this server serves (``records.Served``): its decode tiers and its
-        prefill pack, each with its record, or None for unverified candidates."""
-        from corun_sglang.records import Served
-
+        """What a record verifies that this server serves (``Served``): its decode tiers and its prefill pack,
+        each with its record, or None for unverified candidates."""
         served = []
         if self.decode_tiers:
             served.append(Served(self.tier_record, "--corun-decode-tiers", "verify-tiers"))
@@ -372,7 +380,7 @@ def resolution_problems(args: Any, records: Records, attention_backends: tuple[s
     if args.prefill_max_requests != wanted:
         problems.append(f"prefill_max_requests resolved to {args.prefill_max_requests}, not {wanted}")
     if pack is not None:
-        from corun_sglang.packing import graph_counts, pack_problems
+        from corun_sglang.core.packing import graph_counts, pack_problems
 
         problems += [f"prefill pack: {p}" for p in pack_problems(pack, args.chunked_prefill_size)]
         prefill = args.cuda_graph_config.prefill

@@ -15,14 +15,14 @@ Invariants:
 - a prefill's LM head (the logits of its sampled and logprob positions) runs on ``head_rows``, at least
   ``pack`` rows, padded;
 - a packable prompt's attention runs on the same query tile alone and packed: on FlashInfer's FA3
-  kernel (``corun_sglang.kernel_probe``) every tile has a fixed row count, so any prompt packs (``shortest`` 1);
+  kernel (``corun_sglang.serving.kernel_probe``) every tile has a fixed row count, so any prompt packs (``shortest`` 1);
   on another, ``shortest`` keeps a packed batch's mean packed query length (prompt tokens times the
   GQA group) above ``QUERY_TILE_ROWS``, where FA2's plan picks its widest query tile;
 - with ``--corun-prefill-pack-wait W``, a pack that full-sequence admission would cut short (``cut_short``)
   waits up to W decode steps for finishing requests to free KV: which prompts share a prefill changes,
   never the shape any of them runs at;
-- a server packs only with a record (``corun_sglang.pack_record``) that ``corun-sglang verify-prefill-pack``
-  wrote in an environment equal to its own (``corun_sglang.records.environment``), or, unverified and
+- a server packs only with a record (``corun_sglang.records.pack_record``) that ``corun-sglang verify-prefill-pack``
+  wrote in an environment equal to its own (``corun_sglang.records.environment.environment``), or, unverified and
   making no determinism promise, for that verification (``--corun-prefill-pack-candidate``).
 """
 
@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from corun_sglang import policy, records
+from corun_sglang.core import policy
+from corun_sglang.core import errors
 
 #: FlashInfer's ``FA2DetermineCtaTileQ``: above this mean packed query length a prefill plan takes
 #: its 128-row query tile (head dims below 256), at or below it a narrower one.
@@ -40,7 +41,7 @@ QUERY_TILE_ROWS = 64
 MIN_PACK = 128
 
 
-class PackingError(records.RecordError):
+class PackingError(errors.RecordError):
     """A pack size or record that cannot be served; the message names the cause and the fix."""
 
 

@@ -1,6 +1,6 @@
 """Scheduling policy of CoRun as pure functions.
 
-Nothing here touches SGLang objects; the adapters in ``corun_sglang.adapters`` read
+Nothing here touches SGLang objects; the adapters in ``corun_sglang.serving.adapters`` read
 SGLang's state, call these functions and act on the answer.
 """
 

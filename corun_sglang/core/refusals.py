@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from corun_sglang import config
+from corun_sglang.core import config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +46,7 @@ def _prefill_graph_unverified(args: Any, records: "config.Records") -> bool:
 
 def _prefill_bs_conflict(args: Any, records: "config.Records") -> bool:
     """Prefill graph token counts were given that capture a count below the pack."""
-    from corun_sglang.packing import graph_counts
+    from corun_sglang.core.packing import graph_counts
 
     given = [args.cuda_graph_bs_prefill, config.graph_json(args, "prefill").get("bs")]
     return records.pack is not None and any(bs is not None and list(bs) != graph_counts(bs, records.pack)

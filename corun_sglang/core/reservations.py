@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from corun_sglang import policy
+from corun_sglang.core import policy
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,7 @@ import bisect
 import dataclasses
 from typing import Iterable, Sequence
 
-from corun_sglang import packing
+from corun_sglang.core import packing
 
 ISOLATED = "isolated"
 PACKED = "packed"

@@ -29,7 +29,7 @@ whose prefills all take that server's one path.
 Invariants: ``plan``, ``key``, ``flags``, ``tier_candidates``, ``fractions``, ``shared``, ``tiers_flags``
 and ``shared_failure`` are pure; an entry is written whole or not at all (``calibration.json`` last, by
 rename) under a per-key file lock, so servers starting at once calibrate once; a served record still
-passes the start-up environment check (``records.foreign``), so a stale entry refuses to start rather
+passes the start-up environment check (``environment.foreign``), so a stale entry refuses to start rather
 than serve bits it did not verify.
 """
 
@@ -46,7 +46,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from corun_sglang import config
+from corun_sglang.core import config
+from corun_sglang.core import errors
 
 logger = logging.getLogger(__name__)
 
@@ -133,10 +134,8 @@ def tiers_flags(server_flags: list[str]) -> list[str]:
 
 def shared_failure(exc: BaseException) -> bool:
     """Whether a probe that failed beside the other may pass alone: any failure but a record's verdict or
-    refusal (``records.RecordError``), such as a server that did not start or a KV pool too small."""
-    from corun_sglang import records
-
-    return not isinstance(exc, records.RecordError)
+    refusal (``errors.RecordError``), such as a server that did not start or a KV pool too small."""
+    return not isinstance(exc, errors.RecordError)
 
 
 def cache_root(explicit: str | None, environ: Mapping[str, str]) -> Path:
@@ -228,7 +227,7 @@ class Probes:
 
 
 def default_probes() -> Probes:
-    from corun_sglang import verify_packing, verify_tiers
+    from corun_sglang.probes import verify_packing, verify_tiers
 
     return Probes(verify_tiers.verify, verify_packing.verify)
 
@@ -275,13 +274,13 @@ def _log_size(path: Path) -> int:
 def _await_tiers_memory(log: Path, offset: int, tiers: Future) -> None:
     """Until the tiers server logged its environment past ``offset`` of its log (its KV pool and decode
     graphs are allocated) or its probe ended."""
-    from corun_sglang import records
+    from corun_sglang.records import environment
 
     while not tiers.done():
         try:
             with open(log, errors="replace") as f:
                 f.seek(offset)
-                if records.ENVIRONMENT_LOG in f.read():
+                if environment.ENVIRONMENT_LOG in f.read():
                     return
         except OSError:  # the server has not opened its log yet
             pass
@@ -429,18 +428,18 @@ def key_parts(args: Any, server_flags: list[str], gpu: str | None) -> dict:
     """What a calibration depends on: the model, the options, the hardware and software, what it verifies."""
     import torch
 
-    from corun_sglang import records
+    from corun_sglang.records import environment
 
     n = config.batch_size(args)
     return {
         "format": FORMAT,
-        "model": records.model_digest(model_config(args)),
+        "model": environment.model_digest(model_config(args)),
         "flags": server_flags,
         "n": n,
         "gpu": gpu,
         "cuda": torch.version.cuda,
-        "blas": {k: records.flat(v) for k, v in sorted(records.blas_setup().items())},
-        "versions": records.versions(),
+        "blas": {k: environment.flat(v) for k, v in sorted(environment.blas_setup().items())},
+        "versions": environment.versions(),
         "tier candidates": tier_candidates(n),
         "pack": PACK,
     }

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from corun_sglang.compare import Generation
+from corun_sglang.core.compare import Generation
 
 #: Token ids drawn for prompts stay in [FIRST_TOKEN, vocab): clear of the special ids at the bottom.
 FIRST_TOKEN = 100

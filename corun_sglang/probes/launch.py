@@ -3,7 +3,7 @@
 The server runs in its own session, so ``stop()`` ends it and every process it
 started, freeing the GPU. A model folder with a config but no weight files
 (``synthetic.prepare(..., weights="in-place")``) is served with
-``--load-format dummy`` and ``synthetic.SEED_ENV`` set (default 0), so the
+``--load-format dummy`` and ``SEED_ENV`` set (default 0), so the
 server draws seeded random-normal weights itself; ``Server`` then checks that
 it logged the draw.
 
@@ -38,6 +38,12 @@ def _free_port() -> int:
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
+#: Environment variable: when set (to an integer seed), SGLang's dummy loader redraws the weights it made from
+#: ``tools.synthetic``'s distributions (a hook registered only where it is set).
+SEED_ENV = "CORUN_SYNTHETIC_SEED"
+#: What each process logs once it has drawn them.
+DRAW_LOG = "corun-sglang synthetic weights"
+
 
 def weightless(model_path: str) -> bool:
     """A local model folder with ``config.json`` and no weight files."""
@@ -49,8 +55,6 @@ def weightless(model_path: str) -> bool:
 
 def expects_synthetic_draw(command: list[str], environ) -> bool:
     """Whether a server started with ``command`` in ``environ`` must log a synthetic-weight draw."""
-    from corun_sglang.tools.synthetic import SEED_ENV
-
     dummy = any(a == "--load-format=dummy" or (a == "--load-format" and b == "dummy")
                 for a, b in zip(command, command[1:] + [""]))
     return dummy and SEED_ENV in environ
@@ -100,8 +104,6 @@ class Server:
                  env: Mapping[str, str] | None = None, port: int | None = None):
         import httpx
 
-        from corun_sglang.tools.synthetic import SEED_ENV
-
         if static_gb is not None and "--mem-fraction-static" not in args:
             free = settled_free_gpu_gb(static_gb / STATIC_SHARE)
             args = [*args, "--mem-fraction-static", str(static_fraction(static_gb, free))]
@@ -137,8 +139,6 @@ class Server:
 
     def _check_synthetic_weights(self) -> None:
         """With ``--load-format dummy`` and the synthetic seed set, the draw must have happened."""
-        from corun_sglang.tools.synthetic import DRAW_LOG, SEED_ENV
-
         if expects_synthetic_draw(self.command, self.env) and DRAW_LOG not in self.log_text():
             self.stop()
             raise RuntimeError(f"{SEED_ENV} is set but the server did not draw synthetic weights "

@@ -11,7 +11,7 @@ the prompt logprobs and a different KV cache in the new tokens. The co-runners a
 the rows the prefill's LM head computes change from packing to packing.
 
 The pack is verified when, for every needle, at least one packing counted and every counted packing
-equals the needle alone bit for bit. The record (``packing.Record``) carries the environment the
+equals the needle alone bit for bit. The record (``pack_record.Record``) carries the environment the
 server logged, which a server serving it must match.
 """
 
@@ -24,10 +24,11 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from corun_sglang import pack_record as packing
-from corun_sglang.compare import Generation, first_divergence
-from corun_sglang.tools import generate
-from corun_sglang.verify_tiers import model_vocab
+from corun_sglang.core.packing import PackingError
+from corun_sglang.records import pack_record
+from corun_sglang.core.compare import Generation, first_divergence
+from corun_sglang.probes import generate
+from corun_sglang.probes.verify_tiers import model_vocab
 
 #: SGLang's log line for a prefill batch: its requests and new tokens.
 PREFILL_LOG = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+)")
@@ -143,12 +144,12 @@ def model_heads(model_path: str) -> tuple[int, int]:
 
 
 def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequence[str] = (), needles: int = 4,
-           seed: int = 0, static_gb: float | None = None, progress: Callable[[str], None] = _quiet) -> packing.Record:
+           seed: int = 0, static_gb: float | None = None, progress: Callable[[str], None] = _quiet) -> pack_record.Record:
     """Start a candidate server, probe it, write the record to ``out`` and return it; ``PackingError``
     (no record written) when the pack does not verify. ``progress`` gets a line as the server starts and as
     the probe goes (``probe``)."""
-    from corun_sglang import records
-    from corun_sglang.tools.launch import Server
+    from corun_sglang.records import environment
+    from corun_sglang.probes.launch import Server
 
     vocab = model_vocab(model_path)
     args = ["--corun", "--corun-prefill-pack-candidate", str(pack), *server_args]
@@ -156,22 +157,22 @@ def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequen
     server = Server(model_path, args, log, static_gb=static_gb)
     progress(f"server ready at {server.url}")
     try:
-        environment = records.environment_from_log(server.log_text())
-        least = packing.candidate_from_log(server.log_text())["shortest"]
+        environment = environment.environment_from_log(server.log_text())
+        least = pack_record.candidate_from_log(server.log_text())["shortest"]
         found = probe(http_sender(server.url, log), pack, least, vocab, needles=needles, seed=seed,
                       progress=progress)
     finally:
         server.stop()
     problems = failures(found)
     if problems:
-        raise packing.PackingError(f"a pack of {pack} tokens does not verify here: " + "; ".join(problems))
-    record = packing.Record(pack=pack, shortest=least, environment=environment,
+        raise PackingError(f"a pack of {pack} tokens does not verify here: " + "; ".join(problems))
+    record = pack_record.Record(pack=pack, shortest=least, environment=environment,
                             needles={n: len(got["counted"]) for n, got in found.items()}, source=str(out))
     out.write_text(json.dumps(record.to_json(), indent=1) + "\n")
     return record
 
 
-def render(record: packing.Record) -> str:
+def render(record: pack_record.Record) -> str:
     needles = ", ".join(f"{n} tokens in {k} packings" for n, k in sorted(record.needles.items()))
     return (f"prefill pack verified: prompts of {record.shortest} to {record.pack} tokens run at {record.pack} "
             f"tokens, alone or packed, with the same bits (needles: {needles})")

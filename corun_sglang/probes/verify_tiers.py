@@ -8,7 +8,7 @@ replays the M-slot graph. The co-runners are sent first and are all running (eac
 its first token) before the needle is sent, and they decode longer than the needle, so the
 running count stays M for the needle's whole life. A candidate is a tier when every needle's
 tokens and logprobs equal its reference bit for bit; a different kernel or reduction order in any
-layer shows as a divergence within a few steps. The record (``tiers.Record``) carries the
+layer shows as a divergence within a few steps. The record (``tier_record.Record``) carries the
 environment the server logged, which a server serving the record must match. A server whose KV pool
 cannot hold a reference round's whole sequences at once (``pool_problem``) is not probed: full-sequence
 admission would hold co-runners back, and the reference would decode in a smaller graph than N's.
@@ -24,12 +24,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from corun_sglang import policy
-from corun_sglang.compare import Generation, first_divergence
-from corun_sglang.tools import generate
+from corun_sglang.core import policy
+from corun_sglang.core.compare import Generation, first_divergence
+from corun_sglang.probes import generate
 
 if TYPE_CHECKING:
-    from corun_sglang.tiers import Record
+    from corun_sglang.records.tier_record import Record
 
 def _body(prompt: list[int], max_new_tokens: int, temperature: float, seed: int, stream: bool = False) -> dict:
     return {
@@ -175,8 +175,8 @@ def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: P
     """Start a candidate server (with ``env`` added to its environment), probe it, write the record to
     ``out``; returns it. ``RuntimeError`` (no record written) where its KV pool cannot hold a reference
     round (``pool_problem``). ``progress`` gets a line as the server starts and as the probe goes (``probe``)."""
-    from corun_sglang import records, tiers
-    from corun_sglang.tools.launch import Server
+    from corun_sglang.records import environment, tier_record
+    from corun_sglang.probes.launch import Server
 
     args = ["--corun", "--max-running-requests", str(n),
             "--corun-decode-tier-candidates", ",".join(map(str, candidates)), *server_args]
@@ -184,7 +184,7 @@ def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: P
     server = Server(model_path, args, log, static_gb=static_gb, env=env)
     progress(f"server ready at {server.url}")
     try:
-        environment = records.environment_from_log(server.log_text())
+        environment = environment.environment_from_log(server.log_text())
         vocab = model_vocab(model_path)
         bodies = needles(needle_count, needle_tokens, vocab, seed)
         problem = pool_problem(server.log_text(), n, bodies)
@@ -194,7 +194,7 @@ def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: P
     finally:
         server.stop()
     passed, rejected = verdict(found)
-    record = tiers.Record(n=n, tiers=tuple(passed), environment=environment, rejected=rejected, source=str(out))
+    record = tier_record.Record(n=n, tiers=tuple(passed), environment=environment, rejected=rejected, source=str(out))
     out.write_text(json.dumps(record.to_json(), indent=1) + "\n")
     return record
 

@@ -15,7 +15,6 @@ Invariants:
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Annotated, Any, Iterable, Mapping, Union
 
 import pydantic
+
+from corun_sglang.core.errors import RecordError
 
 #: Distributions whose versions are part of a record's environment (absent ones are left out).
 DISTRIBUTIONS = (
@@ -106,10 +107,6 @@ Size = Annotated[int, pydantic.Field(ge=1, le=MAX_SIZE)]
 
 #: What a record file's schema refuses: unknown keys, and any value not already of the field's type.
 STRICT = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class RecordError(ValueError):
-    """A record that cannot be read or served; the message names the cause and the fix."""
 
 
 def read(path: str | Path, schema: type[pydantic.BaseModel], option: str, what: str, fix: str,
@@ -243,18 +240,9 @@ def environment_from_log(text: str) -> dict[str, Any]:
     return env
 
 
-@dataclasses.dataclass(frozen=True)
-class Served:
-    """What a server serves that a record verifies: its ``record`` (None: unverified candidates, for
-    ``corun-sglang <command>``), given with ``option``."""
-
-    record: Any
-    option: str
-    command: str
-
-
-def foreign(served: Iterable[Served], env: Mapping[str, Any]) -> str | None:
-    """Why a server in ``env`` cannot serve ``served``: the first record verified in another environment,
+def foreign(served: Iterable[Any], env: Mapping[str, Any]) -> str | None:
+    """Why a server in ``env`` cannot serve ``served`` (``config.Served``): the first record verified in another
+    environment,
     each differing field (``mismatches``) and the fix; None when every record holds here."""
     for item in served:
         differ = [] if item.record is None else mismatches(item.record.environment, env)

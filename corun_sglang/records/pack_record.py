@@ -2,8 +2,8 @@
 
 Invariants:
 - a record names a pack (``packing.MIN_PACK`` tokens or more), its shortest packable prompt (1 to the
-  pack) and the environment they were verified in (``records.environment``);
-- a record file is read only through ``RecordFile``, a strict schema (``records.read``); a record that
+  pack) and the environment they were verified in (``environment.environment``);
+- a record file is read only through ``RecordFile``, a strict schema (``environment.read``); a record that
   would not load is never written (``Record.to_json``);
 - a pack candidate server logs what it packs, on which kernel, on one line (``candidate_line``), which
   ``candidate_from_log`` reads back; every failure is a ``packing.PackingError``.
@@ -18,8 +18,8 @@ from typing import Annotated, Any, Mapping
 
 import pydantic
 
-from corun_sglang import records
-from corun_sglang.packing import MIN_PACK, PackingError
+from corun_sglang.records import environment
+from corun_sglang.core.packing import MIN_PACK, PackingError
 
 
 #: The log line a pack candidate server writes for ``verify-prefill-pack``: what it packs, on which kernel.
@@ -32,7 +32,7 @@ def candidate_line(pack: int, least: int, kernel: str) -> str:
 
 def candidate_from_log(text: str) -> dict[str, Any]:
     """What a candidate server logged it packs (``candidate_line``); ``PackingError`` if it logged nothing."""
-    found = records.logged(text, CANDIDATE_LOG)
+    found = environment.logged(text, CANDIDATE_LOG)
     if found is None:
         raise PackingError("the server logged no prefill pack candidate: was it started with --corun and "
                            "--corun-prefill-pack-candidate?")
@@ -60,7 +60,7 @@ class Record:
         try:
             return RecordFile.model_validate(data).model_dump(mode="json")
         except pydantic.ValidationError as exc:
-            raise PackingError(f"a prefill pack record that would not load ({records.refusals(exc)})") from None
+            raise PackingError(f"a prefill pack record that would not load ({environment.refusals(exc)})") from None
 
 
 class RecordFile(pydantic.BaseModel):
@@ -68,12 +68,12 @@ class RecordFile(pydantic.BaseModel):
     environment they were verified in; ``needles``, each needle's prompt length (1 to ``pack``) with the
     packings it was checked in (one or more)."""
 
-    model_config = records.STRICT
+    model_config = environment.STRICT
 
-    pack: Annotated[int, pydantic.Field(ge=MIN_PACK, le=records.MAX_SIZE)]
-    shortest: records.Size
-    environment: records.Environment
-    needles: dict[records.Size, pydantic.PositiveInt] = {}
+    pack: Annotated[int, pydantic.Field(ge=MIN_PACK, le=environment.MAX_SIZE)]
+    shortest: environment.Size
+    environment: environment.Environment
+    needles: dict[environment.Size, pydantic.PositiveInt] = {}
 
     @pydantic.field_validator("shortest")
     @classmethod
@@ -96,6 +96,6 @@ def load(path: str | Path) -> Record:
     """The record in ``path`` (``RecordFile``); ``PackingError`` naming the file, each refused field, the cause
     and the fix."""
     fix = "write it with `corun-sglang verify-prefill-pack` on this machine, or drop --corun-prefill-pack"
-    found = records.read(path, RecordFile, "--corun-prefill-pack", "prefill pack record", fix, PackingError)
+    found = environment.read(path, RecordFile, "--corun-prefill-pack", "prefill pack record", fix, PackingError)
     return Record(pack=found.pack, shortest=found.shortest, environment=dict(found.environment),
                   needles=dict(found.needles), source=str(path))

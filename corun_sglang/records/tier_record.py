@@ -9,9 +9,9 @@ a decode batch to the smallest captured size that holds it, so a lighter load re
 Invariants:
 - a server captures exactly ``capture_sizes(record.tiers, N)``: every tier below N, then N;
 - it serves a record only when the record's N is its N and the record's environment equals its own
-  (``records.environment()``) field by field; otherwise it refuses to start and names each field that
+  (``environment.environment()``) field by field; otherwise it refuses to start and names each field that
   differs;
-- a record file is read only through ``RecordFile``, a strict schema (``records.read``);
+- a record file is read only through ``RecordFile``, a strict schema (``environment.read``);
 - ``--corun-decode-tier-candidates`` captures unverified sizes for ``verify-tiers`` alone; such a
   server logs that it makes no determinism promise.
 """
@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import pydantic
 
-from corun_sglang import records
-
-
-class TiersError(records.RecordError):
-    """A decode tiers record that cannot be served; the message names the cause and the fix."""
+from corun_sglang.records import environment
+from corun_sglang.core.tiers import TiersError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,19 +45,19 @@ class Record:
         try:
             return RecordFile.model_validate(data).model_dump(mode="json")
         except pydantic.ValidationError as exc:
-            raise TiersError(f"a decode tiers record that would not load ({records.refusals(exc)})") from None
+            raise TiersError(f"a decode tiers record that would not load ({environment.refusals(exc)})") from None
 
 
 class RecordFile(pydantic.BaseModel):
     """A decode tiers record file: ``n`` and its tiers, each unique and between 0 and ``n``; the environment
     they were verified in; the sizes ``rejected``, each with the earliest decode step a needle differed at."""
 
-    model_config = records.STRICT
+    model_config = environment.STRICT
 
-    n: records.Size
-    tiers: list[records.Size]
-    environment: records.Environment
-    rejected: dict[records.Size, pydantic.NonNegativeInt] = {}
+    n: environment.Size
+    tiers: list[environment.Size]
+    environment: environment.Environment
+    rejected: dict[environment.Size, pydantic.NonNegativeInt] = {}
 
     @pydantic.field_validator("tiers")
     @classmethod
@@ -81,38 +78,10 @@ class RecordFile(pydantic.BaseModel):
         return rejected
 
 
-def parse_sizes(text: str) -> list[int]:
-    """``"72,128"`` -> ``[72, 128]``; ``TiersError`` for anything but positive integers."""
-    try:
-        sizes = [int(s) for s in str(text).replace(" ", ",").split(",") if s]
-    except ValueError:
-        raise TiersError(f"decode tier sizes '{text}': not a comma-separated list of integers") from None
-    if not sizes or min(sizes) < 1:
-        raise TiersError(f"decode tier sizes '{text}': give one or more positive integers")
-    return sorted(set(sizes))
-
-
-def capture_sizes(tiers: Iterable[int], n: int) -> list[int]:
-    """The decode graph sizes to capture: each tier below ``n``, ascending, then ``n``."""
-    return sorted({int(t) for t in tiers if int(t) < n}) + [n]
-
-
-def problems(record: Record, n: int) -> list[str]:
-    """What keeps ``record`` from being served by a server of ``n`` slots (empty: nothing)."""
-    out = []
-    if record.n != n:
-        out.append(f"it was verified against a {record.n}-slot decode graph; this server's N "
-                   f"(--max-running-requests) is {n}")
-    bad = [t for t in record.tiers if not 0 < t < n]
-    if bad:
-        out.append(f"tiers {bad} are not between 1 and N - 1 = {n - 1}")
-    return out
-
-
 def load(path: str | Path) -> Record:
     """The record in ``path`` (``RecordFile``); ``TiersError`` naming the file, each refused field, the cause
     and the fix."""
     fix = "write it with `corun-sglang verify-tiers` on this machine, or drop --corun-decode-tiers"
-    found = records.read(path, RecordFile, "--corun-decode-tiers", "decode tiers record", fix, TiersError)
+    found = environment.read(path, RecordFile, "--corun-decode-tiers", "decode tiers record", fix, TiersError)
     return Record(n=found.n, tiers=tuple(sorted(found.tiers)), environment=dict(found.environment),
                   rejected=dict(found.rejected), source=str(path))

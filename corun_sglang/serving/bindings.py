@@ -211,7 +211,7 @@ BINDINGS: tuple[Binding, ...] = (
 
 
 def _hook_targets() -> frozenset[str]:
-    from corun_sglang import hooks
+    from corun_sglang.serving import hooks
 
     return frozenset(h.target for h in hooks.HOOKS + (hooks.SYNTHETIC,))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corun_sglang.packing import FA2, FA3
+from corun_sglang.core.packing import FA2, FA3
 
 
 def ragged_kernel(fa3_here: bool, paged: bool, sm100: bool) -> str:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from corun_sglang.reservations import Snapshot
-from corun_sglang.steps import Tally
+from corun_sglang.core.reservations import Snapshot
+from corun_sglang.core.steps import Tally
 
 RESERVED = "corun_kv_reserved_tokens"
 USED = "corun_kv_used_tokens"

@@ -42,11 +42,11 @@ class Status(enum.Enum):
 
 def series_dir() -> Path:
     """The folder holding the series: the installed package's copy, else the source tree's."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "patches", here.parent / "patches"):
+    package = Path(__file__).resolve().parents[1]  # corun_sglang
+    for candidate in (package / "patches", package.parent / "patches"):
         if any(candidate.glob("[0-9][0-9][0-9][0-9]-*.patch")):
             return candidate
-    return here / "patches"
+    return package / "patches"
 
 
 @dataclasses.dataclass(frozen=True)

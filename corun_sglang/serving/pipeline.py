@@ -27,8 +27,12 @@ import logging
 import os
 from typing import Any, Callable, Mapping, MutableMapping
 
-from corun_sglang import calibration, config, kernel_probe, options, pack_record, packing, refusals, tiers
-from corun_sglang.config import CorunConfigError, Records
+from corun_sglang.core import config, options, packing, refusals
+from corun_sglang.probes import calibration
+from corun_sglang.records import pack_record, tier_record
+from corun_sglang.core import tiers
+from corun_sglang.serving import kernel_probe
+from corun_sglang.core.config import CorunConfigError, Records
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +44,7 @@ def given_records(args: Any) -> tuple[Records, list[str]]:
     found: dict[str, Any] = {"pack_wait": args.corun_prefill_pack_wait}
     try:
         if args.corun_decode_tiers:
-            record = tiers.load(args.corun_decode_tiers)
+            record = tier_record.load(args.corun_decode_tiers)
             problems += [f"--corun-decode-tiers {args.corun_decode_tiers}: {p}. Fix: run `corun-sglang verify-tiers` "
                          "with this N, or drop --corun-decode-tiers" for p in tiers.problems(record, n)]
             found["tier_record"] = record
@@ -81,9 +85,9 @@ def _wait_problems(records: Records) -> list[str]:
 def check(args: Any, sglang_defaults: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[dict, Records]:
     """Stage 1: every problem of the options as given, raised at once; the NCCL environment to export and the
     records given."""
-    from corun_sglang import startup
+    from corun_sglang.serving import startup
 
-    from corun_sglang import requests_check
+    from corun_sglang.core import requests_check
 
     env, conflicts = config.collective_env(args, environ)
     given, problems = given_records(args)
@@ -122,7 +126,7 @@ def records(args: Any, given: Records, sglang_defaults: Mapping[str, Any],
         if (why := config.unservable_tiers(args)) is not None:
             found.refuse("tiers", why)
         else:
-            served = _replace(served, tier_record=tiers.load(found.tiers_file))
+            served = _replace(served, tier_record=tier_record.load(found.tiers_file))
             problems += [f"calibration {found.folder}: {p}" for p in tiers.problems(served.tier_record,
                                                                                       config.batch_size(args))]
     if found.pack is not None:

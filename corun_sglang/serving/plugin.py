@@ -7,7 +7,7 @@ until a server runs with ``--corun``, and the except hook ``refusal.install``
 chains acts only on a ``--corun`` refusal nothing caught.
 """
 
-from corun_sglang import hooks, refusal
+from corun_sglang.serving import hooks, refusal
 
 
 def register() -> None:

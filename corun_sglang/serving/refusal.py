@@ -20,8 +20,8 @@ _refusals: tuple[type[BaseException], ...] = ()
 
 
 def refusals() -> tuple[type[BaseException], ...]:
-    from corun_sglang.config import CorunConfigError
-    from corun_sglang.startup import CorunStartupError
+    from corun_sglang.core.config import CorunConfigError
+    from corun_sglang.serving.startup import CorunStartupError
 
     return CorunConfigError, CorunStartupError
 

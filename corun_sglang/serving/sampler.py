@@ -2,13 +2,13 @@
 
 Registered with SGLang's ``register_sampler_backend`` and selected by
 ``--corun`` (``--sampling-backend corun``). Invariants, for every row:
-- the token is ``rng.sample`` of that row's logits, temperature, top-k/top-p/
+- the token is ``sampling_kernels.sample`` of that row's logits, temperature, top-k/top-p/
   min-p, seed and position, whatever the rest of the batch is (there is no
   batch-wide choice of sampling path: greedy, plain and filtered rows all go
   through the same kernel);
 - returned logprobs are ``log_softmax(logits / T)`` (T = 1 for greedy rows),
   computed the same way whatever the batch holds and whichever slot the row
-  takes (``rng.softmax_rows``).
+  takes (``sampling_kernels.softmax_rows``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from sglang.srt.layers.sampler import SGLANG_RETURN_ORIGINAL_LOGPROB, Sampler
 
-from corun_sglang import rng
+from corun_sglang.serving import sampling_kernels
 
 BACKEND = "corun"
 
@@ -37,7 +37,7 @@ class CorunSampler(Sampler):
                 "(SamplingBatchInfo.adjusted_from_schedule_batch is not hooked)"
             )
         logits = self._preprocess_logits(logits_output.next_token_logits, sampling_info)
-        ids = rng.sample(
+        ids = sampling_kernels.sample(
             logits,
             sampling_info.temperatures,
             sampling_info.sampling_seed,
@@ -53,14 +53,14 @@ class CorunSampler(Sampler):
         if return_logprob or needs_mask:
             scaled = logits.float() / sampling_info.temperatures.view(-1, 1)
             if needs_mask:
-                probs = rng.softmax_rows(scaled)
+                probs = sampling_kernels.softmax_rows(scaled)
                 self._attach_sampling_mask_to_output(
                     logits_output, sampling_info, ids,
                     self._compute_sampling_mask_from_probs(probs, sampling_info),
                 )
                 del probs
             if return_logprob:
-                logprobs = rng.softmax_rows(logits if SGLANG_RETURN_ORIGINAL_LOGPROB else scaled, log=True)
+                logprobs = sampling_kernels.softmax_rows(logits if SGLANG_RETURN_ORIGINAL_LOGPROB else scaled, log=True)
                 self.output_logprob_processor.compute_logprobs(
                     logprobs, top_logprobs_nums, token_ids_logprobs, ids
                 ).write_output_to(logits_output)

@@ -10,7 +10,7 @@ Invariants:
   computed either by exact operations (division, max, sorting, comparison) or
   by row-local kernels, so a row's token does not depend on the other rows,
   their number or their order.
-- ``seeds_of`` carries each row's seed (``corun_sglang.seeds``) as an int64 under ``SEED_MASK``.
+- ``seeds_of`` carries each row's seed (``corun_sglang.core.seeds``) as an int64 under ``SEED_MASK``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from corun_sglang.seeds import SEED_MASK
+from corun_sglang.core.seeds import SEED_MASK
 
 _BLOCK = 2048
 

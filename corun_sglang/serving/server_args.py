@@ -24,7 +24,8 @@ from typing import Literal, Optional
 from sglang.srt.arg_groups.arg_utils import A
 from sglang.srt.server_args import ServerArgs as SGLangServerArgs
 
-from corun_sglang import config, options, pipeline, refusals
+from corun_sglang.core import config, options, refusals
+from corun_sglang.serving import pipeline
 
 logger = logging.getLogger(__name__)
 

@@ -63,7 +63,7 @@ def _flashinfer() -> Part:
 
 
 def _patches(missing: list[str]) -> Part:
-    from corun_sglang import patches
+    from corun_sglang.serving import patches
 
     if not missing:
         return Part("patches", (), ", ".join(p.name for p in patches.series()) + ": applied")
@@ -75,7 +75,7 @@ def _patches(missing: list[str]) -> Part:
 
 
 def _hooks(missing_patches: list[str]) -> Part:
-    from corun_sglang import hooks, sampler
+    from corun_sglang.serving import hooks, sampler
 
     absent = {name[:4] for name in missing_patches}
     # a target that a missing patch creates is reported as that patch
@@ -97,7 +97,7 @@ def _hooks(missing_patches: list[str]) -> Part:
 
 
 def _bindings() -> Part:
-    from corun_sglang import bindings
+    from corun_sglang.serving import bindings
 
     return Part("bindings", tuple(bindings.problems()),
                 f"the {len(bindings.BINDINGS)} SGLang/FlashInfer signatures and attributes relied on: all present")
@@ -109,7 +109,7 @@ def parts(sglang_root=None) -> list[Part]:
     ``sglang_root`` is the site-packages folder whose SGLang files are checked
     for patches (default: the installed one).
     """
-    from corun_sglang import patches
+    from corun_sglang.serving import patches
 
     version = _sglang()
     if version.problems:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from corun_sglang.compare import Generation, digest, first_divergence
+from corun_sglang.core.compare import Generation, digest, first_divergence
 from corun_sglang.tools.loads import Overlap
 
 ROLES = ("reference", "null", "compared", "corunner", "aborted")

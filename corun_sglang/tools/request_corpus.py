@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from corun_sglang import requests_check
+from corun_sglang.core import requests_check
 
 GENERATE, COMPLETIONS, CHAT = "/generate", "/v1/completions", "/v1/chat/completions"
 

@@ -32,14 +32,10 @@ import json
 import logging
 import os
 from pathlib import Path
+from corun_sglang.probes.launch import DRAW_LOG, SEED_ENV
 
 logger = logging.getLogger(__name__)
 
-#: Environment variable: when set (to an integer seed), SGLang's dummy loader redraws the
-#: weights it made from this module's distributions.
-SEED_ENV = "CORUN_SYNTHETIC_SEED"
-#: What each process logs once it has drawn them.
-DRAW_LOG = "corun-sglang synthetic weights"
 
 SHAPES: dict[str, dict] = {
     # Qwen3-8B's architecture.
@@ -320,14 +316,14 @@ CHAT_TEMPLATE = (
 def write_tokenizer(dest: str | Path, shape: str) -> Path:
     """A word-level tokenizer covering the shape's vocabulary, for the text and chat endpoints.
 
-    Id 0 is ``<unk>``, then ``verify.WORDS`` (the words of its prompts), then ``w<id>`` for every other id;
+    Id 0 is ``<unk>``, then ``generate.WORDS`` (the words of its prompts), then ``w<id>`` for every other id;
     ``<|endoftext|>``, ``<|im_start|>`` and ``<|im_end|>`` sit at the config's
     bos id, bos + 1 and eos id (the last three ids when those fall outside the
     vocabulary). Text is split on whitespace; decoding joins with spaces.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    from corun_sglang.verify import WORDS
+    from corun_sglang.probes.generate import WORDS
 
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)

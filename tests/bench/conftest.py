@@ -106,7 +106,7 @@ def _streaming_server(log=None, capacity=None, cumulative=False, info=None):
 
 
 class StandIn:
-    """Stands in for ``corun_sglang.tools.launch.Server``: a local streaming endpoint appending to its log, as
+    """Stands in for ``corun_sglang.probes.launch.Server``: a local streaming endpoint appending to its log, as
     the server does; records its lifetime."""
 
     alive: list = []
@@ -154,11 +154,11 @@ def streaming_server():
 
 @pytest.fixture
 def stand_in_server(monkeypatch):
-    """``corun_sglang.tools.launch.Server`` replaced by ``StandIn`` (side by side unless a test sets
+    """``corun_sglang.probes.launch.Server`` replaced by ``StandIn`` (side by side unless a test sets
     ``one_at_a_time``), its records empty; the class, to read them."""
-    import corun_sglang.tools.launch
+    import corun_sglang.probes.launch
 
-    monkeypatch.setattr(corun_sglang.tools.launch, "Server", StandIn)
+    monkeypatch.setattr(corun_sglang.probes.launch, "Server", StandIn)
     monkeypatch.setattr(StandIn, "one_at_a_time", False, raising=False)
     for name in ("alive", "started", "instances"):
         monkeypatch.setattr(StandIn, name, [])

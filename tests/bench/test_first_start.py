@@ -10,7 +10,7 @@ from bench import first_start
 @pytest.fixture
 def servers(monkeypatch, streaming_server):
     """``launch.Server`` replaced by a stand-in whose /server_info holds a contract; the args of every start."""
-    import corun_sglang.tools.launch
+    import corun_sglang.probes.launch
 
     started = []
 
@@ -28,7 +28,7 @@ def servers(monkeypatch, streaming_server):
         def stop(self):
             self.httpd.shutdown()
 
-    monkeypatch.setattr(corun_sglang.tools.launch, "Server", Server)
+    monkeypatch.setattr(corun_sglang.probes.launch, "Server", Server)
     return started
 
 

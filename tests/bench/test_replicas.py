@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from bench import replicas
-from corun_sglang.compare import Generation, digest
+from corun_sglang.core.compare import Generation, digest
 
 
 def test_requests_are_a_function_of_the_seed_and_mix_every_kind():

@@ -163,7 +163,8 @@ def test_rows_at_tp_2_are_labelled_apart_from_tp_1(stand_in):
 
 
 def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(stand_in, monkeypatch):
-    from corun_sglang import tiers, verify_tiers
+    from corun_sglang.probes import verify_tiers
+    from corun_sglang.records import tier_record
 
     out, argv = stand_in
     verified = []
@@ -171,7 +172,7 @@ def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(stand_
     def verify(model_path, candidates, n, out, log, server_args=(), static_gb=None, env=None, **_):
         verified.append((candidates, n, list(server_args)))
         assert not env
-        record = tiers.Record(n=n, tiers=(72, 128), environment={"gpu": "G"}, rejected={64: 3})
+        record = tier_record.Record(n=n, tiers=(72, 128), environment={"gpu": "G"}, rejected={64: 3})
         out.write_text(json.dumps(record.to_json()))
         return record
 
@@ -189,7 +190,8 @@ def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(stand_
 
 
 def test_the_tiers_arm_serves_a_given_record_without_verifying_one(stand_in, monkeypatch, tmp_path):
-    from corun_sglang import tiers, verify_tiers
+    from corun_sglang.probes import verify_tiers
+    from corun_sglang.records import tier_record
 
     out, argv = stand_in
 
@@ -198,7 +200,7 @@ def test_the_tiers_arm_serves_a_given_record_without_verifying_one(stand_in, mon
 
     monkeypatch.setattr(verify_tiers, "verify", verify)
     given = tmp_path / "record.json"
-    given.write_text(json.dumps(tiers.Record(n=256, tiers=(96, 128), environment={"gpu": "G"}, rejected={}).to_json()))
+    given.write_text(json.dumps(tier_record.Record(n=256, tiers=(96, 128), environment={"gpu": "G"}, rejected={}).to_json()))
     argv += ["--arms", "STD,CoRun-tiers", "--tiers", str(given)]
     assert run.main(argv) == 0
     rows = {r["arm"]: r for r in map(json.loads, out.read_text().splitlines())}
@@ -210,14 +212,15 @@ def test_the_tiers_arm_serves_a_given_record_without_verifying_one(stand_in, mon
 
 def test_an_arm_env_reaches_the_arms_server_its_tiers_verification_and_its_rows(stand_in, monkeypatch,
                                                                               stand_in_server):
-    from corun_sglang import tiers, verify_tiers
+    from corun_sglang.probes import verify_tiers
+    from corun_sglang.records import tier_record
 
     out, argv = stand_in
     verified = []
 
     def verify(model_path, candidates, n, out, log, server_args=(), static_gb=None, env=None, **_):
         verified.append((out.name, env))
-        record = tiers.Record(n=n, tiers=(32, 128), environment={"gpu": "G"}, rejected={})
+        record = tier_record.Record(n=n, tiers=(32, 128), environment={"gpu": "G"}, rejected={})
         out.write_text(json.dumps(record.to_json()))
         return record
 
@@ -233,12 +236,13 @@ def test_an_arm_env_reaches_the_arms_server_its_tiers_verification_and_its_rows(
 
 
 def test_corun_rows_record_what_calibration_served_and_the_ablation_turns_it_off(stand_in, monkeypatch):
-    from corun_sglang import tiers, verify_tiers
+    from corun_sglang.probes import verify_tiers
+    from corun_sglang.records import tier_record
 
     out, argv = stand_in
 
     def verify(model_path, candidates, n, out, log, server_args=(), static_gb=None, env=None, **_):
-        record = tiers.Record(n=n, tiers=(128,), environment={"gpu": "G"}, rejected={})
+        record = tier_record.Record(n=n, tiers=(128,), environment={"gpu": "G"}, rejected={})
         out.write_text(json.dumps(record.to_json()))
         return record
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run(*argv, timeout=600):
@@ -66,7 +66,7 @@ def test_patch_commands_report_the_installed_series(command):
 
 @pytest.mark.parametrize("candidates, says", [("64,300", "not below N = 256"), ("a,8", "not a comma-separated")])
 def test_verify_tiers_refuses_bad_candidates_before_starting_a_server(candidates, says, tmp_path, capsys):
-    from corun_sglang import cli
+    from corun_sglang.commands import cli
 
     out = tmp_path / "tiers.json"
     code = cli.main(["verify-tiers", "--model-path", str(tmp_path), "--candidates", candidates, "--out", str(out)])
@@ -74,7 +74,7 @@ def test_verify_tiers_refuses_bad_candidates_before_starting_a_server(candidates
 
 
 def test_verify_prefill_pack_refuses_a_bad_pack_before_starting_a_server(tmp_path, capsys):
-    from corun_sglang import cli
+    from corun_sglang.commands import cli
 
     out = tmp_path / "pack.json"
     code = cli.main(["verify-prefill-pack", "--model-path", str(tmp_path), "--pack", "64", "--out", str(out)])
@@ -84,7 +84,7 @@ def test_verify_prefill_pack_refuses_a_bad_pack_before_starting_a_server(tmp_pat
 def test_progress_lines_carry_the_elapsed_seconds_and_go_out_at_once():
     import io
 
-    from corun_sglang import cli
+    from corun_sglang.commands import cli
 
     stream, now = io.StringIO(), iter([100.0, 100.0, 163.25])
     say = cli.progress("verify-tiers", stream=stream, clock=lambda: next(now))
@@ -101,9 +101,9 @@ def test_progress_lines_carry_the_elapsed_seconds_and_go_out_at_once():
 def test_the_verify_commands_print_the_probes_progress(command, module, argv, tmp_path, monkeypatch, capsys):
     import importlib
 
-    from corun_sglang import cli
+    from corun_sglang.commands import cli
 
-    probe = importlib.import_module(f"corun_sglang.{module}")
+    probe = importlib.import_module(f"corun_sglang.probes.{module}")
 
     def verify(*args, progress, **kwargs):
         progress("server ready")

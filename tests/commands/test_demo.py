@@ -12,8 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from corun_sglang import cli, demo
-from corun_sglang.compare import Generation
+from corun_sglang.commands import cli, demo
 
 
 def test_cases_are_greedy_and_seeded_above_zero_and_default_sglang_gets_them_greedy():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from corun_sglang import doctor
+from corun_sglang.commands import doctor
 
 try:
     import torch
@@ -43,7 +43,7 @@ def test_doctor_is_not_ready_where_corun_refuses(monkeypatch):
     makes doctor not ready, with the same problem."""
     import importlib.metadata
 
-    from corun_sglang import startup
+    from corun_sglang.serving import startup
 
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version",

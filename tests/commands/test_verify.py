@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from corun_sglang import verify
+from corun_sglang.commands import verify
 
 
 def _completion(prompt: str, seed: int, max_tokens: int, shift: float, fingerprint: str | None) -> dict:
@@ -166,7 +166,7 @@ def test_cli_reports_an_unreachable_server():
     (["--prompts", "1", "--batch", "1"], "--batch must be at least 2"),
 ])
 def test_cli_refuses_a_run_that_would_compare_nothing(serve, capsys, argv, says):
-    from corun_sglang import cli
+    from corun_sglang.commands import cli
 
     url = serve("invariant")
     assert cli.main(["verify", "--base-url", url, "--model", "m", *argv]) == 2

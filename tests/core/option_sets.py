@@ -3,7 +3,7 @@
 import dataclasses
 import types
 
-from corun_sglang.options import defaults_of
+from corun_sglang.core.options import defaults_of
 
 
 def user_args(**given):

@@ -2,7 +2,7 @@
 
 import math
 
-from corun_sglang.compare import PROMPT, Generation, digest, first_divergence
+from corun_sglang.core.compare import PROMPT, Generation, digest, first_divergence
 
 
 def g(tokens, logprobs):

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from corun_sglang import config
+from corun_sglang.core import config
 from option_sets import user_args
 
 NONE = config.Records()

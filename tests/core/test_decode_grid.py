@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from corun_sglang import decode_grid
+from corun_sglang.core import decode_grid
 
 #: A 4-slot decode graph at group size 4, laid out as FlashInfer lays out its int workspace:
 #: padded_batch_size max(2 x SMs / KV heads, ceil(4 x 4 / 16) + 4 - 1) = 7 entries per index array.

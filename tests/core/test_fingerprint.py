@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from corun_sglang import fingerprint
+from corun_sglang.core import fingerprint
 
 ENV = {"model": "abc", "dtype": "torch.bfloat16", "gpu": "NVIDIA H200", "cuda": "12.8", "tp_size": 1,
        "blas library": "cublas", "version sglang": "0.5.17", "version corun-sglang": "0.1.0"}

@@ -2,7 +2,7 @@
 
 import torch
 
-from corun_sglang import moe_padding
+from corun_sglang.core import moe_padding
 
 
 def _ids(rows: int) -> torch.Tensor:

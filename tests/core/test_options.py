@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from corun_sglang import config, options, refusals
+from corun_sglang.core import config, options, refusals
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "options.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "options.md"
 
 
 @pytest.fixture(scope="module")
 def sglang_fields(sglang_plugins):
-    from corun_sglang.server_args import CorunServerArgs
+    from corun_sglang.serving.server_args import CorunServerArgs
 
     return [f.name for f in dataclasses.fields(CorunServerArgs.__mro__[1])]
 
@@ -101,4 +101,4 @@ def test_tp2_keeps_every_all_reduce_on_nccl(parse):
 
 def test_the_options_page_is_generated_from_the_table():
     assert DOCS.read_text() == options.markdown((r.option, r.why) for r in refusals.REFUSALS), (
-        "docs/options.md is stale: python -m corun_sglang.options > docs/options.md")
+        "docs/options.md is stale: python -m corun_sglang.core.options > docs/options.md")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from corun_sglang import packing
+from corun_sglang.core import packing
 
 
 @pytest.mark.parametrize("heads,kv_heads,least", [(32, 8, 17), (32, 4, 9), (16, 16, 65), (4, 2, 33)])

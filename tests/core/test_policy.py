@@ -2,7 +2,7 @@
 
 import pytest
 
-from corun_sglang import policy
+from corun_sglang.core import policy
 
 
 def test_chunk_budget_is_the_chunk_size_whatever_else():

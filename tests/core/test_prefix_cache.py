@@ -2,7 +2,7 @@
 
 import pytest
 
-from corun_sglang import prefix_cache as pc
+from corun_sglang.core import prefix_cache as pc
 
 G = 8  # a small grid: the rules are the same at 1,024
 

@@ -5,7 +5,7 @@ import struct
 import pytest
 import torch
 
-from corun_sglang import ranking
+from corun_sglang.core import ranking
 
 
 def _tied(rows=6, width=512, seed=3):

@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from corun_sglang import config, refusals
+from corun_sglang.core import config, refusals
 from option_sets import user_args
 
 

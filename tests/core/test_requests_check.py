@@ -10,10 +10,11 @@ from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, Comple
 from sglang.srt.managers.io_struct import GenerateReqInput
 from sglang.srt.sampling.sampling_params import SamplingParams
 
-from corun_sglang import request_corpus, requests_check
-from corun_sglang.requests_check import FREE, REFUSED, TABLE, VERIFIED, RequestRefused
+from corun_sglang.core import requests_check
+from corun_sglang.tools import request_corpus
+from corun_sglang.core.requests_check import FREE, REFUSED, TABLE, VERIFIED, RequestRefused
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "requests.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "requests.md"
 
 
 def _sampling_names():

@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from corun_sglang import policy, reservations
+from corun_sglang.core import policy, reservations
 
 # The deployment the README quotes: a 104,000-token KV pool, a 40,960-token context, N = 256.
 POOL, CONTEXT, N = 104_000, 40_960, 256

@@ -2,7 +2,7 @@
 
 import json
 
-from corun_sglang import responses
+from corun_sglang.core import responses
 
 
 def test_a_stream_chunk_gets_the_fingerprint_and_each_choice_its_seed():

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from corun_sglang import seeds
+from corun_sglang.core import seeds
 
 ALL = 1 << 30
 PARAMS = {"temperature": 0.6, "top_p": 1.0, "top_k": ALL, "min_p": 0.0, "max_new_tokens": 16,
@@ -15,7 +15,7 @@ PARAMS = {"temperature": 0.6, "top_p": 1.0, "top_k": ALL, "min_p": 0.0, "max_new
 def test_request_seed_is_stable_across_processes_and_pinned():
     here = seeds.request_seed(0, seeds.content_digest([1, 2, 3], PARAMS), 2)
     code = (
-        "from corun_sglang import seeds;"
+        "from corun_sglang.core import seeds;"
         f"print(seeds.request_seed(0, seeds.content_digest([1, 2, 3], {PARAMS!r}), 2))"
     )
     there = subprocess.run(

@@ -2,7 +2,8 @@
 
 import pytest
 
-from corun_sglang import steps, tiers
+from corun_sglang.core import steps
+from corun_sglang.core import tiers
 
 
 def test_a_decode_step_replays_the_graph_sglangs_runner_pads_it_to():

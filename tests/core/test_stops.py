@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from corun_sglang import stops
-from corun_sglang.stops import CorunContractError
+from corun_sglang.core import stops
+from corun_sglang.core.stops import CorunContractError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_cause_is_one_greppable_line():

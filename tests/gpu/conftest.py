@@ -5,7 +5,7 @@ Environment:
   (default: one made here with ``corun_sglang.tools.synthetic``, shape ``CORUN_SHAPE``,
   default qwen3-small);
 - ``CORUN_WEIGHTS``: how such a synthetic folder gets its weights: ``in-place``
-  (default: config only, the server draws them, see ``corun_sglang.tools.launch``)
+  (default: config only, the server draws them, see ``corun_sglang.probes.launch``)
   or ``files`` (a full safetensors checkpoint);
 - ``CORUN_RESULTS``: a folder where tests write their measurements as JSON;
 - ``CORUN_STATIC_GB``: static GPU memory (GiB) of every server a test starts without
@@ -66,12 +66,12 @@ def launch(tmp_path_factory):
     """Start servers on demand; all are stopped at the end of the session."""
     started = []
 
-    from corun_sglang.tools.launch import Server
+    from corun_sglang.probes.launch import Server
 
     def start(model_path: str, *args: str, name: str = "server", text: bool = False,
               static_gb: float | None = None) -> Server:
         """``text``: serve text endpoints with the checkpoint's tokenizer (else token ids only);
-        ``static_gb``: static GPU memory for this server (see ``corun_sglang.tools.launch``)."""
+        ``static_gb``: static GPU memory for this server (see ``corun_sglang.probes.launch``)."""
         if "--corun" in args and not any(a.startswith("--corun-calibrate") for a in args):
             args = (*args, "--corun-calibrate", os.environ.get("CORUN_CALIBRATE", "off"))
         folder = Path(os.environ.get("CORUN_RESULTS") or tmp_path_factory.mktemp("logs"))

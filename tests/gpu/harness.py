@@ -4,7 +4,7 @@
 with the client's monotonic send and receive times, which ``tools.loads`` windows read the server's
 running counts against. A streamed body (``"stream": true``) is read to its last chunk, whose
 ``meta_info`` holds the whole output (SGLang streams cumulative logprobs unless told otherwise).
-Prompts come from ``corun_sglang.tools.generate.token_prompts``."""
+Prompts come from ``corun_sglang.probes.generate.token_prompts``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from corun_sglang.compare import Generation
+from corun_sglang.core.compare import Generation
 from corun_sglang.tools.evidence import Sent
 
 
@@ -97,7 +97,7 @@ def generate(url: str, requests: list[dict], concurrent: bool = True) -> list[Ge
 
 
 def compare(reference: list[Generation], other: list[Generation]) -> list[int | None]:
-    from corun_sglang.compare import first_divergence
+    from corun_sglang.core.compare import first_divergence
 
     return [first_divergence(a, b) for a, b in zip(reference, other, strict=True)]
 

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from corun_sglang.compare import Generation, first_divergence
+from corun_sglang.core.compare import Generation, first_divergence
 
 pytestmark = pytest.mark.e2e
 

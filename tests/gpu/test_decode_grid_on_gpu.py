@@ -4,7 +4,7 @@ blocks point changes no real row's bits, and the plan copies the filled entries 
 import pytest
 import torch
 
-from corun_sglang import decode_grid
+from corun_sglang.core import decode_grid
 
 flashinfer = pytest.importorskip("flashinfer")
 

@@ -16,7 +16,7 @@ import random
 import pytest
 
 import harness
-from corun_sglang.tools import generate
+from corun_sglang.probes import generate
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from corun_sglang import verify
+from corun_sglang.commands import verify
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,8 @@ import harness
 import httpx
 import pytest
 
-from corun_sglang import request_corpus
-from corun_sglang.tools import generate
+from corun_sglang.tools import request_corpus
+from corun_sglang.probes import generate
 from corun_sglang.tools.loads import LoadProbe
 
 pytestmark = pytest.mark.e2e

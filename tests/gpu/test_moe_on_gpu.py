@@ -9,7 +9,7 @@
 import pytest
 import torch
 
-from corun_sglang import moe_padding
+from corun_sglang.core import moe_padding
 
 fused_moe = pytest.importorskip("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe")
 

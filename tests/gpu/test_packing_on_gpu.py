@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from corun_sglang import packing, verify_packing
+from corun_sglang.core import packing
+from corun_sglang.probes import verify_packing
 
 pytestmark = pytest.mark.e2e
 

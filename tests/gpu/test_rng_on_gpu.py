@@ -6,7 +6,7 @@ import warnings
 import pytest
 import torch
 
-from corun_sglang import rng
+from corun_sglang.serving import sampling_kernels
 
 
 def test_nucleus_is_row_local_where_torch_cumsum_follows_the_batch():
@@ -21,9 +21,9 @@ def test_nucleus_is_row_local_where_torch_cumsum_follows_the_batch():
     # p exactly on a row's exclusive prefix sum (as computed alone): the nucleus boundary itself
     pos = torch.randint(1, width, (rows,), device="cuda", generator=g)
     ps = (alone - top).gather(1, pos.view(-1, 1)).squeeze(1)
-    single = torch.cat([rng._nucleus(top[i : i + 1], ps[i : i + 1]) for i in range(rows)])
-    assert torch.equal(rng._nucleus(top, ps), single)
-    assert torch.equal(rng._nucleus(top.flip(0), ps.flip(0)), single.flip(0))
+    single = torch.cat([sampling_kernels._nucleus(top[i : i + 1], ps[i : i + 1]) for i in range(rows)])
+    assert torch.equal(sampling_kernels._nucleus(top, ps), single)
+    assert torch.equal(sampling_kernels._nucleus(top.flip(0), ps.flip(0)), single.flip(0))
 
 
 def test_softmax_rows_are_slot_invariant_where_torch_is_not():
@@ -34,7 +34,7 @@ def test_softmax_rows_are_slot_invariant_where_torch_is_not():
     # negative control: PyTorch's vectorised reduction starts at the row's alignment
     assert not torch.equal(torch.log_softmax(shifted, -1)[1:], torch.log_softmax(x, -1)[:-1])
     for log in (False, True):
-        assert torch.equal(rng.softmax_rows(shifted, log=log)[1:], rng.softmax_rows(x, log=log)[:-1])
+        assert torch.equal(sampling_kernels.softmax_rows(shifted, log=log)[1:], sampling_kernels.softmax_rows(x, log=log)[:-1])
 
 
 def test_floors_are_row_local_in_any_batch_with_any_filters():
@@ -45,17 +45,17 @@ def test_floors_are_row_local_in_any_batch_with_any_filters():
     ps = torch.rand(rows, device="cuda", generator=g).clamp(min=0.05)
     ps[::4] = 1.0  # top-k only
     nothing = torch.zeros(rows, device="cuda")
-    full = rng.floors(scaled, ks, ps, nothing)
+    full = sampling_kernels.floors(scaled, ks, ps, nothing)
     # negative control: the sorted-probability prefix sums a batch-wide top-p computes follow the batch
     ordered = torch.softmax(scaled, -1).sort(-1, descending=True).values
     alone_sums = torch.cat([torch.cumsum(ordered[i : i + 1], -1) for i in range(rows)])
     assert not torch.equal(torch.cumsum(ordered, -1), alone_sums)
     del ordered, alone_sums
-    alone = torch.cat([rng.floors(scaled[i : i + 1], ks[i : i + 1], ps[i : i + 1], nothing[i : i + 1])
+    alone = torch.cat([sampling_kernels.floors(scaled[i : i + 1], ks[i : i + 1], ps[i : i + 1], nothing[i : i + 1])
                        for i in range(rows)])
     assert torch.equal(full, alone)
     order = torch.randperm(rows, device="cuda", generator=g)
-    assert torch.equal(rng.floors(scaled[order], ks[order], ps[order], nothing[order]), full[order])
+    assert torch.equal(sampling_kernels.floors(scaled[order], ks[order], ps[order], nothing[order]), full[order])
     # every row's floor keeps between 1 and its k tokens (a real filter, not -inf everywhere);
     # k = 1 rows are greedy: the sampler takes their arg-max, so top-k sets no floor for them
     kept = (scaled >= full.view(-1, 1)).sum(-1)
@@ -68,10 +68,10 @@ def test_request_seeds_and_plain_sampling_never_wait_for_the_gpu():
     rows, vocab = 64, 151936
     logits = torch.randn(rows, vocab, device="cuda")
     temps = torch.full((rows,), 0.7, device="cuda")
-    seeds = rng.seeds_of(range(rows), "cuda")
+    seeds = sampling_kernels.seeds_of(range(rows), "cuda")
     positions = torch.arange(rows, device="cuda")
     none_k, none_p, none_min = (torch.full((rows,), v, device="cuda") for v in (vocab, 1.0, 0.0))
-    rng.sample(logits, temps, seeds, positions, none_k, none_p, none_min, False, False, False)  # compile first
+    sampling_kernels.sample(logits, temps, seeds, positions, none_k, none_p, none_min, False, False, False)  # compile first
     torch.cuda.synchronize()
     before = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode("error")
@@ -79,8 +79,8 @@ def test_request_seeds_and_plain_sampling_never_wait_for_the_gpu():
         # negative control: a plain host-to-device tensor waits for the GPU
         with pytest.raises(RuntimeError, match="synchroniz"):
             torch.tensor([1, 2, 3], device="cuda")
-        again = rng.seeds_of(range(rows), "cuda")
-        ids = rng.sample(logits, temps, again, positions, none_k, none_p, none_min, False, False, False)
+        again = sampling_kernels.seeds_of(range(rows), "cuda")
+        ids = sampling_kernels.sample(logits, temps, again, positions, none_k, none_p, none_min, False, False, False)
     finally:
         torch.cuda.set_sync_debug_mode(before)
     assert torch.equal(again, seeds) and ids.shape == (rows,)
@@ -91,9 +91,9 @@ def test_a_top_p_draw_waits_for_the_gpu_once():
     rows, vocab = 64, 151936
     logits = torch.randn(rows, vocab, device="cuda") * 3
     temps = torch.full((rows,), 0.7, device="cuda")
-    seeds, positions = rng.seeds_of(range(rows), "cuda"), torch.arange(rows, device="cuda")
+    seeds, positions = sampling_kernels.seeds_of(range(rows), "cuda"), torch.arange(rows, device="cuda")
     none_k, top_p, none_min = (torch.full((rows,), v, device="cuda") for v in (vocab, 0.9, 0.0))
-    rng.sample(logits, temps, seeds, positions, none_k, top_p, none_min, False, True, False)  # compile first
+    sampling_kernels.sample(logits, temps, seeds, positions, none_k, top_p, none_min, False, True, False)  # compile first
     torch.cuda.synchronize()
     before = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings(record=True) as caught:
@@ -102,7 +102,7 @@ def test_a_top_p_draw_waits_for_the_gpu_once():
         try:
             torch.tensor([1, 2, 3], device="cuda")  # negative control: one wait, seen
             control = sum("synchroniz" in str(w.message) for w in caught)
-            rng.sample(logits, temps, seeds, positions, none_k, top_p, none_min, False, True, False)
+            sampling_kernels.sample(logits, temps, seeds, positions, none_k, top_p, none_min, False, True, False)
         finally:
             torch.cuda.set_sync_debug_mode(before)
     waits = sum("synchroniz" in str(w.message) for w in caught)

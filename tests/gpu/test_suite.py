@@ -50,7 +50,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corun_sglang.tools import evidence, generate, loads
+from corun_sglang.probes import generate
+from corun_sglang.tools import evidence, loads
 from corun_sglang.tools.loads import LoadProbe
 
 import harness

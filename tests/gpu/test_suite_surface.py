@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from corun_sglang.compare import Generation, first_divergence
+from corun_sglang.core.compare import Generation, first_divergence
 from corun_sglang.tools import evidence
 
 import harness

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from corun_sglang import tiers, verify_tiers
+from corun_sglang.probes import verify_tiers
+from corun_sglang.core import tiers
 
 pytestmark = pytest.mark.e2e
 

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from corun_sglang import calibration, config, records
-from corun_sglang.pack_record import Record as PackRecord
-from corun_sglang.packing import PackingError
-from corun_sglang.tiers import Record as TiersRecord
+from corun_sglang.core import config
+from corun_sglang.probes import calibration
+from corun_sglang.records import environment
+from corun_sglang.records.pack_record import Record as PackRecord
+from corun_sglang.core.packing import PackingError
+from corun_sglang.records.tier_record import Record as TiersRecord
+from corun_sglang.core import errors
 
 ENV = {"gpu": "NVIDIA H200"}
 
@@ -46,7 +49,7 @@ def test_the_key_follows_every_part():
 
 
 def test_flags_rebuild_the_options_a_candidate_server_needs():
-    from corun_sglang.server_args import _sglang_defaults
+    from corun_sglang.serving.server_args import _sglang_defaults
 
     defaults = _sglang_defaults()
     args = types.SimpleNamespace(**{**defaults, "tp_size": 2, "chunked_prefill_size": 2048, "host": "0.0.0.0",
@@ -76,7 +79,7 @@ class FakeProbes:
             self.calls["tiers"] += 1
             self.flags["tiers"].append(list(server_args))
         with open(log, "a") as f:
-            f.write(records.environment_line(ENV) + "\n")
+            f.write(environment.environment_line(ENV) + "\n")
         record = TiersRecord(n=n, tiers=self.tier_list, environment=ENV)
         out.write_text(json.dumps(record.to_json()))
         return record
@@ -201,7 +204,7 @@ def test_the_image_and_compose_keep_the_calibration_cache_on_a_volume():
 
     import yaml
 
-    docker = Path(__file__).resolve().parents[1] / "docker"
+    docker = Path(__file__).resolve().parents[2] / "docker"
     compose = yaml.safe_load((docker / "compose.yaml").read_text())
     service = compose["services"]["corun-sglang"]
     env = dict(item.split("=", 1) for item in service["environment"])
@@ -211,7 +214,7 @@ def test_the_image_and_compose_keep_the_calibration_cache_on_a_volume():
 
 
 def test_the_memory_budget_goes_to_the_probes_but_does_not_name_the_calibration():
-    from corun_sglang.server_args import _sglang_defaults
+    from corun_sglang.serving.server_args import _sglang_defaults
 
     defaults = _sglang_defaults()
     args = types.SimpleNamespace(**{**defaults, "mem_fraction_static": 0.5, "max_total_tokens": 100000, "tp_size": 2})
@@ -254,17 +257,17 @@ def test_the_tiers_server_prefills_eagerly_unless_the_serving_command_chooses():
 
 def test_the_tiers_candidate_has_the_environment_of_the_server_serving_its_record(sglang_plugins, tiny_model,
                                                                                   tmp_path):
-    """The tiers server's eager prefill is no field of a record's environment (``records.NUMERIC_OPTIONS``):
-    the record it writes passes the start-up check (``records.foreign``) of a server that serves it, with
+    """The tiers server's eager prefill is no field of a record's environment (``environment.NUMERIC_OPTIONS``):
+    the record it writes passes the start-up check (``environment.foreign``) of a server that serves it, with
     its prefill graph, its pack and the serving command's whole memory budget."""
     from sglang.srt.server_args import prepare_server_args
 
     def parse(*argv):
         return prepare_server_args(["--model-path", tiny_model, "--device", "cuda", *argv])
 
-    def environment(args):
-        return records.environment({"hidden_size": 256}, "torch.bfloat16", args, gpu="g", cuda="13.0",
-                                   installed={"sglang": "0.5.17"}, blas=records.blas_setup({}))
+    def env_of(args):
+        return environment.environment({"hidden_size": 256}, "torch.bfloat16", args, gpu="g", cuda="13.0",
+                                       installed={"sglang": "0.5.17"}, blas=environment.blas_setup({}))
 
     serving_flags = ["--chunked-prefill-size", "4096", "--mem-fraction-static", "0.8"]
     entry = calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200", probes=FakeProbes().probes())
@@ -275,10 +278,10 @@ def test_the_tiers_candidate_has_the_environment_of_the_server_serving_its_recor
     assert candidate.cuda_graph_config.prefill.backend == "disabled"
     assert candidate.mem_fraction_static == calibration.fractions(0.8)[0]
     assert serving.cuda_graph_config.prefill.backend == "breakable" and serving.mem_fraction_static == 0.8
-    tiers = types.SimpleNamespace(environment=environment(candidate), source="tiers.json")
-    served = [records.Served(tiers, "--corun-decode-tiers", "verify-tiers")]
-    assert records.mismatches(tiers.environment, environment(serving)) == []
-    assert records.foreign(served, environment(serving)) is None
+    tiers = types.SimpleNamespace(environment=env_of(candidate), source="tiers.json")
+    served = [config.Served(tiers, "--corun-decode-tiers", "verify-tiers")]
+    assert environment.mismatches(tiers.environment, env_of(serving)) == []
+    assert environment.foreign(served, env_of(serving)) is None
 
 
 def _said(lines):
@@ -302,7 +305,7 @@ def test_the_probes_run_side_by_side_the_pack_server_once_the_tiers_server_holds
         return record
 
     def pack(model_path, pack, out, log, server_args, progress):
-        seen["tiers logged its environment"] = records.ENVIRONMENT_LOG in (tmp_path / "tiers.server.log").read_text()
+        seen["tiers logged its environment"] = environment.ENVIRONMENT_LOG in (tmp_path / "tiers.server.log").read_text()
         progress("server ready")
         both.wait()
         return fake.pack(model_path, pack, out, log, server_args, progress)
@@ -323,7 +326,7 @@ def test_a_tiers_probe_that_ends_before_its_server_logs_lets_the_pack_probe_star
     fake = FakeProbes()
 
     def tiers(*args, **kwargs):
-        raise records.RecordError("the server logged no environment")
+        raise errors.RecordError("the server logged no environment")
 
     verdicts = calibration.run_probes(tmp_path, "m", 256, [], calibration.Probes(tiers, fake.pack), _said([]))
     assert verdicts["tiers"] == "the probe failed: the server logged no environment" and verdicts["pack"] == 1024
@@ -368,6 +371,6 @@ def test_a_probe_that_fails_alone_too_leaves_its_part_unserved_and_the_other_ser
 
 def test_only_a_records_verdict_or_refusal_is_final_beside_the_other_probe():
     assert not calibration.shared_failure(PackingError("a pack of 1024 tokens does not verify here"))
-    assert not calibration.shared_failure(records.RecordError("the server logged no environment"))
+    assert not calibration.shared_failure(errors.RecordError("the server logged no environment"))
     assert calibration.shared_failure(RuntimeError("server exited with 1"))
     assert calibration.shared_failure(TimeoutError("server not healthy after 600s"))

@@ -15,8 +15,9 @@ import httpx
 import pytest
 
 from bench import workloads
-from corun_sglang import verify, verify_tiers
-from corun_sglang.tools import generate
+from corun_sglang.commands import verify
+from corun_sglang.probes import verify_tiers
+from corun_sglang.probes import generate
 
 
 def _digest(value) -> str:

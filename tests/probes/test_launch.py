@@ -2,7 +2,7 @@
 
 import pytest
 
-from corun_sglang.tools.launch import Server
+from corun_sglang.probes.launch import Server
 
 
 def test_a_refused_start_raises_with_the_log(tiny_model, tmp_path):
@@ -25,7 +25,7 @@ def test_a_server_appends_to_its_log_and_reports_only_its_own_part(tiny_model, t
 
 
 def test_a_dummy_load_with_the_synthetic_seed_must_log_its_draw():
-    from corun_sglang.tools.launch import expects_synthetic_draw
+    from corun_sglang.probes.launch import expects_synthetic_draw
     from corun_sglang.tools.synthetic import SEED_ENV
 
     cmd = ["python", "-m", "sglang.launch_server", "--model-path", "m"]
@@ -38,7 +38,7 @@ def test_a_dummy_load_with_the_synthetic_seed_must_log_its_draw():
 
 def test_a_folder_without_weight_files_is_weightless(tmp_path):
     from corun_sglang.tools import synthetic
-    from corun_sglang.tools.launch import weightless
+    from corun_sglang.probes.launch import weightless
 
     folder = synthetic.prepare(tmp_path / "m", "qwen3-tiny", "in-place")
     assert weightless(str(folder))
@@ -48,7 +48,7 @@ def test_a_folder_without_weight_files_is_weightless(tmp_path):
 
 
 def test_static_memory_is_asked_for_as_a_size():
-    from corun_sglang.tools.launch import static_fraction
+    from corun_sglang.probes.launch import static_fraction
 
     assert static_fraction(30, 120) == 0.25
     assert static_fraction(30, 60) == 0.5
@@ -57,7 +57,7 @@ def test_static_memory_is_asked_for_as_a_size():
 
 
 def test_the_static_size_waits_for_a_stopped_servers_memory(monkeypatch):
-    from corun_sglang.tools import launch
+    from corun_sglang.probes import launch
 
     reads = iter([16.2, 70.0, 139.0, 139.1, 139.1])
     monkeypatch.setattr(launch, "free_gpu_gb", lambda: next(reads))

@@ -7,8 +7,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from corun_sglang import verify_packing
-from corun_sglang.compare import Generation
+from corun_sglang.probes import verify_packing
+from corun_sglang.core.compare import Generation
 
 PACK, LEAST = 1024, 17
 

@@ -8,8 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from corun_sglang import verify_tiers
-from corun_sglang.compare import Generation
+from corun_sglang.probes import verify_tiers
+from corun_sglang.core.compare import Generation
 
 N = 64
 

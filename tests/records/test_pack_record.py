@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from corun_sglang import pack_record, packing
+from corun_sglang.core import packing
+from corun_sglang.records import pack_record
 
 
 def test_a_candidate_server_logs_what_it_packs_for_the_verifier():
@@ -61,5 +62,5 @@ def test_a_record_with_a_wrong_field_is_refused_naming_the_file_and_the_field(tm
 
 
 def test_the_committed_records_still_load():
-    found = list(Path(__file__).parents[1].glob("docs/results/pack/pack-*.json"))
+    found = list(Path(__file__).parents[2].glob("docs/results/pack/pack-*.json"))
     assert found and all(pack_record.load(p).pack >= packing.MIN_PACK for p in found)

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from corun_sglang import tiers
+from corun_sglang.records import tier_record
+from corun_sglang.core import tiers
 
 ENV = {"model": "abc", "gpu": "NVIDIA H200", "version sglang": "0.5.17", "tp_size": 1}
 
@@ -25,28 +26,28 @@ def test_capture_sizes_are_the_tiers_below_n_then_n():
 
 def test_a_record_round_trips_and_keeps_its_source(tmp_path):
     path = tmp_path / "t.json"
-    record = tiers.Record(n=256, tiers=(128, 72), environment=ENV, rejected={16: 3})
+    record = tier_record.Record(n=256, tiers=(128, 72), environment=ENV, rejected={16: 3})
     path.write_text(json.dumps(record.to_json()))
-    loaded = tiers.load(path)
+    loaded = tier_record.load(path)
     assert (loaded.n, loaded.tiers, dict(loaded.environment), dict(loaded.rejected)) == (256, (72, 128), ENV, {16: 3})
     assert loaded.source == str(path)
-    assert tiers.load(path).to_json() == record.to_json()
+    assert tier_record.load(path).to_json() == record.to_json()
 
 
 def test_a_record_that_would_not_load_is_not_written():
     with pytest.raises(tiers.TiersError, match=r"tiers \[72, 256\]: every tier must be below n = 256"):
-        tiers.Record(n=256, tiers=(72, 256), environment=ENV).to_json()
+        tier_record.Record(n=256, tiers=(72, 256), environment=ENV).to_json()
     with pytest.raises(tiers.TiersError, match=r"environment.gpu \[\]: an environment field holds"):
-        tiers.Record(n=256, tiers=(72,), environment={"gpu": []}).to_json()
+        tier_record.Record(n=256, tiers=(72,), environment={"gpu": []}).to_json()
 
 
 def test_unreadable_or_malformed_records_name_the_fix(tmp_path):
     with pytest.raises(tiers.TiersError, match="cannot read it.*verify-tiers"):
-        tiers.load(tmp_path / "none.json")
+        tier_record.load(tmp_path / "none.json")
     for text in ("not json", "{}", '{"n": 256, "tiers": ["x"], "environment": {}}'):
         (tmp_path / "bad.json").write_text(text)
         with pytest.raises(tiers.TiersError, match="not a decode tiers record.*verify-tiers"):
-            tiers.load(tmp_path / "bad.json")
+            tier_record.load(tmp_path / "bad.json")
 
 
 GOOD = {"n": 256, "tiers": [72, 128], "environment": ENV, "rejected": {"16": 3}}
@@ -73,7 +74,7 @@ def test_a_record_with_a_wrong_field_is_refused_naming_the_file_and_the_field(tm
     path = tmp_path / "t.json"
     path.write_text(json.dumps({**GOOD, **change}))
     with pytest.raises(tiers.TiersError) as caught:
-        tiers.load(path)
+        tier_record.load(path)
     assert str(caught.value).startswith(f"--corun-decode-tiers {path}: not a decode tiers record (")
     assert refused in str(caught.value) and str(caught.value).endswith(
         "Fix: write it with `corun-sglang verify-tiers` on this machine, or drop --corun-decode-tiers")
@@ -84,17 +85,17 @@ def test_a_number_json_reads_as_infinite_is_refused_not_raised(tmp_path):
     path.write_text('{"n": 1e400, "tiers": [72], "environment": {"gpu": 1e400}}')
     with pytest.raises(tiers.TiersError, match=r"n Infinity: input should be a valid integer; environment.gpu "
                                                r"Infinity: an environment field holds a string, a finite number"):
-        tiers.load(path)
+        tier_record.load(path)
 
 
 def test_the_committed_records_still_load():
-    found = [p for p in Path(__file__).parents[1].glob("docs/results/tiers/tiers-*.json") if "summary" not in p.name]
-    assert found and all(tiers.load(p).tiers for p in found)
+    found = [p for p in Path(__file__).parents[2].glob("docs/results/tiers/tiers-*.json") if "summary" not in p.name]
+    assert found and all(tier_record.load(p).tiers for p in found)
 
 
 def test_problems_name_a_different_n_and_tiers_out_of_range():
-    assert tiers.problems(tiers.Record(n=256, tiers=(72,), environment=ENV), 256) == []
-    (other_n,) = tiers.problems(tiers.Record(n=128, tiers=(72,), environment=ENV), 256)
+    assert tiers.problems(tier_record.Record(n=256, tiers=(72,), environment=ENV), 256) == []
+    (other_n,) = tiers.problems(tier_record.Record(n=128, tiers=(72,), environment=ENV), 256)
     assert "128-slot" in other_n and "is 256" in other_n
-    (wide,) = tiers.problems(tiers.Record(n=256, tiers=(72, 256), environment=ENV), 256)
+    (wide,) = tiers.problems(tier_record.Record(n=256, tiers=(72, 256), environment=ENV), 256)
     assert "[256]" in wide

@@ -7,7 +7,7 @@ that checks SGLang's.
 
 import pytest
 
-from corun_sglang import bindings, hooks, startup
+from corun_sglang.serving import bindings, hooks, startup
 
 HERE = __name__
 
@@ -66,12 +66,12 @@ def test_matching_stand_ins_pass():
 def test_a_hook_target_that_does_not_resolve_is_left_to_the_hook_check(monkeypatch):
     renamed = "sglang.srt.managers.scheduler.Scheduler.renamed_method"
     monkeypatch.setattr(hooks, "HOOKS", hooks.HOOKS + (
-        hooks.Hook(renamed, hooks.HookType.AROUND, "corun_sglang.adapters.startup:scheduler_init"),))
+        hooks.Hook(renamed, hooks.HookType.AROUND, "corun_sglang.serving.adapters.startup:scheduler_init"),))
     assert bindings.problems((bindings.Parameters(renamed, ("server_args",), "adapters.startup.scheduler_init"),)) == []
 
 
 def test_corun_refuses_to_start_on_a_mismatch(sglang_plugins, make_args, monkeypatch):
-    from corun_sglang import config
+    from corun_sglang.core import config
 
     renamed = bindings.Parameters(f"{HERE}.plan", ("disable_split_kv",), "adapters.decode.decode_plan")
     monkeypatch.setattr(bindings, "BINDINGS", bindings.BINDINGS + (renamed,))

@@ -4,7 +4,7 @@ import pkgutil
 
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-from corun_sglang import hooks
+from corun_sglang.serving import hooks
 
 
 def test_every_target_is_hooked_after_sglang_loads_plugins(sglang_plugins):
@@ -43,7 +43,7 @@ def test_unhooked_names_a_target_that_lost_its_hook(sglang_plugins):
     stray = hooks.Hook(
         "sglang.srt.managers.scheduler.Scheduler.event_loop_normal",
         HookType.AROUND,
-        "corun_sglang.adapters.startup:scheduler_init",
+        "corun_sglang.serving.adapters.startup:scheduler_init",
     )
     assert hooks.unhooked((stray,)) == [f"{stray.target}: resolved but not hooked"]
 
@@ -52,7 +52,7 @@ def test_unhooked_names_a_target_sglang_does_not_have(sglang_plugins):
     renamed = hooks.Hook(
         "sglang.srt.managers.scheduler.Scheduler.renamed_method",
         HookType.AROUND,
-        "corun_sglang.adapters.startup:scheduler_init",
+        "corun_sglang.serving.adapters.startup:scheduler_init",
     )
     (problem,) = hooks.unhooked((renamed,))
     assert problem.startswith(f"{renamed.target}: not found")

@@ -1,6 +1,7 @@
 """``kernel_probe``: which FlashInfer prefill kernel a fresh prompt's attention runs on."""
 
-from corun_sglang import kernel_probe, packing
+from corun_sglang.core import packing
+from corun_sglang.serving import kernel_probe
 
 
 def test_on_fa3_every_prompt_packs_and_only_sglangs_ragged_fa3_path_is_fa3():

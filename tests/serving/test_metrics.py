@@ -7,13 +7,14 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from corun_sglang import metrics, steps
-from corun_sglang.reservations import Snapshot
+from corun_sglang.core import steps
+from corun_sglang.serving import metrics
+from corun_sglang.core.reservations import Snapshot
 
 # SGLang's scheduler labels (SchedulerMetricsCollector.init_new), as a collector holds them
 LABELS = {"model_name": "m", "engine_type": "unified", "tp_rank": 0, "pp_rank": 0, "moe_ep_rank": 0}
 SAMPLE_LABELS = {k: str(v) for k, v in LABELS.items()}
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _values(registry) -> dict:
@@ -67,8 +68,9 @@ def test_every_name_is_corun_prefixed():
 
 _SCHEDULER = """
 import sys
-from corun_sglang import metrics, steps
-from corun_sglang.reservations import Snapshot
+from corun_sglang.core import steps
+from corun_sglang.serving import metrics
+from corun_sglang.core.reservations import Snapshot
 m = metrics.Metrics({labels!r})
 m.publish(Snapshot(reserved_tokens=81_918, used_tokens=1_234, pool_tokens=104_000, waiting_for_kv=254,
                    waiting_for_isolation=2))

@@ -4,7 +4,8 @@ import shutil
 
 import pytest
 
-from corun_sglang import cli, patches
+from corun_sglang.commands import cli
+from corun_sglang.serving import patches
 
 
 @pytest.fixture

@@ -7,12 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from corun_sglang import calibration, config, pipeline, records, refusals
-from corun_sglang.pack_record import Record as PackRecord
-from corun_sglang.tiers import Record as TiersRecord
+from corun_sglang.core import config, refusals
+from corun_sglang.probes import calibration
+from corun_sglang.records import environment
+from corun_sglang.serving import pipeline
+from corun_sglang.records.pack_record import Record as PackRecord
+from corun_sglang.records.tier_record import Record as TiersRecord
 
 ENV = {"gpu": "NVIDIA H200"}
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Probes:
@@ -23,7 +26,7 @@ class Probes:
 
     def tiers(self, model_path, candidates, n, out, log, server_args, progress):
         self.calls += 1
-        Path(log).write_text(records.environment_line(ENV) + "\n")
+        Path(log).write_text(environment.environment_line(ENV) + "\n")
         record = TiersRecord(n=n, tiers=(64, 128), environment=ENV)
         out.write_text(json.dumps(record.to_json()))
         return record
@@ -121,13 +124,13 @@ def test_n_defaults_in_one_place():
     found = [f"{p.relative_to(ROOT)}:{n}" for p in (ROOT / "corun_sglang").rglob("*.py")
              for n, line in enumerate(p.read_text().splitlines(), 1)
              if re.search(r"max_running_requests\b[^\n]*\bor\b", line) or re.search(r"\bor 256\b", line)]
-    assert found == ["corun_sglang/config.py:" + str(next(
-        n for n, line in enumerate((ROOT / "corun_sglang" / "config.py").read_text().splitlines(), 1)
+    assert found == ["corun_sglang/core/config.py:" + str(next(
+        n for n, line in enumerate((ROOT / "corun_sglang" / "core" / "config.py").read_text().splitlines(), 1)
         if "return args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS" in line))], found
 
 
 def test_a_measuring_server_says_so_in_its_summary_and_fingerprint(make_args):
-    from corun_sglang import fingerprint
+    from corun_sglang.core import fingerprint
 
     plain = make_args(corun=True).corun_config
     measuring = make_args(corun=True, corun_measure="regex,top_logprobs_num").corun_config

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from corun_sglang import refusal
-from corun_sglang.config import CorunConfigError
-from corun_sglang.startup import CorunStartupError
+from corun_sglang.serving import refusal
+from corun_sglang.core.config import CorunConfigError
+from corun_sglang.serving.startup import CorunStartupError
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import socket
 import pytest
 import torch
 
-from corun_sglang import rng
-from corun_sglang.sampler import CorunSampler
+from corun_sglang.serving import sampling_kernels
+from corun_sglang.serving.sampler import CorunSampler
 
 ALL = 1 << 30
 
@@ -75,7 +75,7 @@ def test_corun_backend_is_what_sglang_creates(sglang_sampling):
 def test_tokens_are_the_request_bound_kernel_draws(sglang_sampling):
     info = _info([0.6] * 4, [ALL] * 4, [1, 2, 3, 4])
     ids, _ = _run(sglang_sampling(), LOGITS[:4], info)
-    expected = rng.sample(LOGITS[:4], info.temperatures, info.sampling_seed,
+    expected = sampling_kernels.sample(LOGITS[:4], info.temperatures, info.sampling_seed,
                           torch.arange(4, dtype=torch.int64) + 50, info.top_ks, info.top_ps, info.min_ps)
     assert torch.equal(ids, expected.to(torch.int64))
 

@@ -1,11 +1,11 @@
 """``rng``: the request-bound sampling kernel (run by Triton's interpreter on CPU)."""
 
-import math
 
 import pytest
 import torch
 
-from corun_sglang import rng, seeds
+from corun_sglang.core import seeds
+from corun_sglang.serving import sampling_kernels
 
 ALL = 1 << 30
 
@@ -28,7 +28,7 @@ def _take(batch, index):
 
 
 def _sample(batch):
-    return rng.sample(**batch)
+    return sampling_kernels.sample(**batch)
 
 
 # ------------------------------------------------------------------ row invariance
@@ -122,9 +122,9 @@ def test_candidates_and_full_sort_agree(monkeypatch):
     batch = _batch(4, 500, temperature=3.0)  # flat: most nuclei are wider than 16 candidates
     batch["top_ps"][:] = torch.tensor([0.95, 0.5, 0.99, 0.2])
     scaled = batch["logits"] / batch["temperatures"]
-    wide = rng.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
-    monkeypatch.setattr(rng, "TOP_CANDIDATES", 16)
-    narrow = rng.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
+    wide = sampling_kernels.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
+    monkeypatch.setattr(sampling_kernels, "TOP_CANDIDATES", 16)
+    narrow = sampling_kernels.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
     assert torch.equal(wide, narrow)
 
 
@@ -132,7 +132,7 @@ def test_greedy_rows_get_no_floor():
     batch = _batch(3, 50)
     batch["top_ks"][:] = torch.tensor([1, 5, ALL], dtype=torch.int32)
     scaled = batch["logits"] / batch["temperatures"]
-    fl = rng.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
+    fl = sampling_kernels.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
     assert fl[0] == -float("inf") and fl[2] == -float("inf")
     assert fl[1] == scaled[1].topk(5).values[-1]
 
@@ -152,18 +152,18 @@ def _reference_floor(scaled_row, k, p):
 def test_nucleus_counts_the_exclusive_prefix_within_p():
     probs = torch.tensor([[0.5, 0.3, 0.1, 0.1], [0.9, 0.05, 0.05, 0.0], [0.25, 0.25, 0.25, 0.25]])
     ps = torch.tensor([0.7, 0.5, 0.6])
-    assert rng._nucleus(probs, ps).tolist() == [2, 1, 3]  # 0, .5 | 0 | 0, .25, .5 kept
+    assert sampling_kernels._nucleus(probs, ps).tolist() == [2, 1, 3]  # 0, .5 | 0 | 0, .25, .5 kept
 
 
 def test_a_rows_nucleus_does_not_depend_on_its_width_or_the_other_rows():
     g = torch.Generator().manual_seed(3)
     probs = torch.softmax(torch.randn(6, 3000, generator=g) * 2, -1).sort(-1, descending=True).values
     ps = torch.tensor([0.5, 0.9, 0.95, 0.99, 0.3, 0.999])
-    alone = [int(rng._nucleus(probs[i : i + 1], ps[i : i + 1])) for i in range(6)]
-    assert rng._nucleus(probs, ps).tolist() == alone
-    assert rng._nucleus(probs[[3, 1]], ps[[3, 1]]).tolist() == [alone[3], alone[1]]
+    alone = [int(sampling_kernels._nucleus(probs[i : i + 1], ps[i : i + 1])) for i in range(6)]
+    assert sampling_kernels._nucleus(probs, ps).tolist() == alone
+    assert sampling_kernels._nucleus(probs[[3, 1]], ps[[3, 1]]).tolist() == [alone[3], alone[1]]
     # columns beyond every nucleus change nothing (the top-k path passes the batch's widest k)
-    assert rng._nucleus(probs[:, :2900], ps).tolist() == alone
+    assert sampling_kernels._nucleus(probs[:, :2900], ps).tolist() == alone
 
 
 def test_top_k_and_top_p_together_keep_their_intersection():
@@ -171,7 +171,7 @@ def test_top_k_and_top_p_together_keep_their_intersection():
     batch["top_ks"][:] = torch.tensor([20, 400, 3, ALL, 50], dtype=torch.int32)
     batch["top_ps"][:] = torch.tensor([0.9, 0.3, 0.95, 0.5, 1.0])
     scaled = batch["logits"] / batch["temperatures"]
-    fl = rng.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
+    fl = sampling_kernels.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
     for i, (k, p) in enumerate(zip(batch["top_ks"].tolist(), batch["top_ps"].tolist())):
         assert fl[i].item() == pytest.approx(_reference_floor(scaled[i], min(k, 4000), p), abs=0), i
 
@@ -186,8 +186,8 @@ def test_floors_match_the_reference_whichever_way_a_row_is_served(monkeypatch, c
     ps = torch.tensor([0.99, 0.9, 0.3, 0.95, 0.5, 0.8, 0.2, 1.0])
     scaled = (torch.randn(8, 3000, generator=g) * 3) / temps.view(-1, 1)
     scaled[4, 2500:] = -float("inf")  # tokens a row can never take
-    monkeypatch.setattr(rng, "TOP_CANDIDATES", candidates)
-    fl = rng.floors(scaled, ks, ps, torch.zeros(8))
+    monkeypatch.setattr(sampling_kernels, "TOP_CANDIDATES", candidates)
+    fl = sampling_kernels.floors(scaled, ks, ps, torch.zeros(8))
     for i in range(8):
         assert fl[i].item() == _reference_floor(scaled[i], min(int(ks[i]), 3000), float(ps[i])), i
 
@@ -199,8 +199,8 @@ def test_floors_match_the_reference_across_many_vocabulary_chunks():
     ks = torch.tensor([900, ALL, 50, 7], dtype=torch.int32)
     ps = torch.tensor([0.99, 0.9, 1.0, 0.5])
     scaled = (torch.randn(4, 40000, generator=g) * 3) / temps.view(-1, 1)
-    assert rng._chunking(40000)[2] == 10
-    fl = rng.floors(scaled, ks, ps, torch.zeros(4))
+    assert sampling_kernels._chunking(40000)[2] == 10
+    fl = sampling_kernels.floors(scaled, ks, ps, torch.zeros(4))
     for i in range(4):
         assert fl[i].item() == _reference_floor(scaled[i], min(int(ks[i]), 40000), float(ps[i])), i
 
@@ -210,10 +210,10 @@ def test_a_rows_floor_does_not_depend_on_the_other_rows_filters():
     batch["top_ks"][:] = torch.tensor([20, 300, ALL, 5], dtype=torch.int32)  # k-max 300 with row 1
     batch["top_ps"][:] = torch.tensor([0.7, 0.9, 0.8, 1.0])
     scaled = batch["logits"] / batch["temperatures"]
-    full = rng.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
+    full = sampling_kernels.floors(scaled, batch["top_ks"], batch["top_ps"], batch["min_ps"])
     for i in range(4):
         one = _take(batch, torch.tensor([i]))
-        alone = rng.floors(scaled[i : i + 1], one["top_ks"], one["top_ps"], one["min_ps"])
+        alone = sampling_kernels.floors(scaled[i : i + 1], one["top_ks"], one["top_ps"], one["min_ps"])
         assert torch.equal(alone, full[i : i + 1]), i
     assert torch.equal(_sample(batch)[[0, 2]], _sample(_take(batch, torch.tensor([0, 2]))))
 
@@ -222,11 +222,11 @@ def test_a_rows_floor_does_not_depend_on_the_other_rows_filters():
 def test_softmax_rows_match_torch_for_any_row_length(vocab):
     x = torch.randn(3, vocab, generator=torch.Generator().manual_seed(vocab), dtype=torch.float64).to(torch.bfloat16)
     for log, ref in ((False, torch.softmax), (True, torch.log_softmax)):
-        out = rng.softmax_rows(x, log=log)
+        out = sampling_kernels.softmax_rows(x, log=log)
         assert out.shape == (3, vocab) and out.dtype == torch.float32 and out.is_contiguous()
         torch.testing.assert_close(out, ref(x.float(), dim=-1), rtol=1e-6, atol=1e-7)
 
 
 def test_seeds_are_int64_under_the_seed_mask():
-    values = rng.seeds_of([7, -1, (1 << 64) + 5], "cpu")
+    values = sampling_kernels.seeds_of([7, -1, (1 << 64) + 5], "cpu")
     assert values.dtype == torch.int64 and values.tolist() == [7, seeds.SEED_MASK, 5]

@@ -8,8 +8,8 @@ import pickle
 
 import pytest
 
-from corun_sglang import config
-from corun_sglang.server_args import CorunServerArgs
+from corun_sglang.core import config
+from corun_sglang.serving.server_args import CorunServerArgs
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_n_is_max_running_requests(parse):
 
 
 def _record(tmp_path, n=256, tiers=(72, 128)):
-    from corun_sglang.tiers import Record
+    from corun_sglang.records.tier_record import Record
 
     path = tmp_path / "tiers.json"
     path.write_text(json.dumps(Record(n=n, tiers=tiers, environment={"gpu": "NVIDIA H200"}).to_json()))
@@ -101,7 +101,7 @@ def test_tier_candidates_are_captured_unverified(parse):
 
 
 def _pack_record(tmp_path, pack=1024, shortest=33):
-    from corun_sglang.pack_record import Record
+    from corun_sglang.records.pack_record import Record
 
     path = tmp_path / "pack.json"
     path.write_text(json.dumps(Record(pack=pack, shortest=shortest, environment={"gpu": "NVIDIA H200"}).to_json()))
@@ -149,7 +149,8 @@ def test_prefill_pack_refusals(parse, argv, match):
 
 
 def test_a_record_serves_from_its_own_shortest_prompt_never_below_the_kernels(parse, tmp_path, monkeypatch):
-    from corun_sglang import kernel_probe, packing
+    from corun_sglang.core import packing
+    from corun_sglang.serving import kernel_probe
 
     assert parse("--corun", "--corun-prefill-pack", _pack_record(tmp_path, shortest=64)).corun_config \
         .prefill_pack_shortest == 64
@@ -313,7 +314,7 @@ def test_ablation_applies_isolated_prefill_without_corun(make_args):
 
 
 def test_ablation_names_are_checked_and_exclusive_with_corun(make_args):
-    from corun_sglang.config import CorunConfigError
+    from corun_sglang.core.config import CorunConfigError
 
     with pytest.raises(CorunConfigError, match="unknown"):
         make_args(corun_ablation="everything")

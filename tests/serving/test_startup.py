@@ -1,11 +1,10 @@
 """``startup``: the fail-closed check names each cause and its fix."""
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from corun_sglang import patches, startup
+from corun_sglang.serving import patches, startup
 
 
 def test_ready_environment_has_no_problems(sglang_plugins):
@@ -34,13 +33,13 @@ def test_missing_patch_names_the_command(sglang_plugins, tmp_path):
 
 def test_a_hook_whose_target_a_missing_patch_creates_is_reported_as_the_patch(sglang_plugins, tmp_path,
                                                                             monkeypatch):
-    from corun_sglang import hooks
+    from corun_sglang.serving import hooks
 
     # hooks.register leaves out a hook of a missing patch, so its target does not carry its adapter
     left_out = hooks.Hook(
         "sglang.srt.managers.scheduler.Scheduler.event_loop_normal",
         hooks.HookType.AROUND,
-        "corun_sglang.adapters.startup:scheduler_init",
+        "corun_sglang.serving.adapters.startup:scheduler_init",
         patch="0001",
     )
     monkeypatch.setattr(hooks, "HOOKS", hooks.HOOKS + (left_out,))
@@ -63,12 +62,13 @@ def test_a_refusal_carries_its_problems():
 
 
 def test_corun_refuses_to_start_when_a_hook_is_missing(sglang_plugins, make_args, monkeypatch):
-    from corun_sglang import config, hooks
+    from corun_sglang.core import config
+    from corun_sglang.serving import hooks
 
     stray = hooks.Hook(
         "sglang.srt.managers.scheduler.Scheduler.event_loop_normal",
         hooks.HookType.AROUND,
-        "corun_sglang.adapters.startup:scheduler_init",
+        "corun_sglang.serving.adapters.startup:scheduler_init",
     )
     monkeypatch.setattr(hooks, "HOOKS", hooks.HOOKS + (stray,))
     with pytest.raises(config.CorunConfigError, match="event_loop_normal: resolved but not hooked"):

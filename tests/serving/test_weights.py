@@ -2,7 +2,7 @@
 
 import torch
 
-from corun_sglang import weights
+from corun_sglang.serving import weights
 
 
 def _model(seed=0):

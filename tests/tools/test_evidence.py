@@ -2,7 +2,7 @@
 
 import pytest
 
-from corun_sglang.compare import Generation, digest
+from corun_sglang.core.compare import Generation, digest
 from corun_sglang.tools.evidence import Sent, greedy, judge, whole
 from corun_sglang.tools.loads import Overlap
 

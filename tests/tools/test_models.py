@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from corun_sglang.cli import main
+from corun_sglang.commands.cli import main
 from corun_sglang.tools import models
 
 
@@ -71,7 +71,7 @@ def test_version_flag(capsys):
 def test_corun_resolves_for_it_on_sglangs_own_options(smollm2, sglang_plugins):
     from sglang.srt.server_args import prepare_server_args
 
-    from corun_sglang import packing
+    from corun_sglang.core import packing
 
     args = prepare_server_args(["--model-path", str(smollm2), "--device", "cuda", "--corun"])
     model = args.get_model_config()

@@ -64,7 +64,7 @@ def test_tokenizer_serves_text_and_chat(ckpt):
     import transformers
     from sglang.srt.utils.hf_transformers_utils import get_tokenizer
 
-    from corun_sglang.verify import WORDS
+    from corun_sglang.probes.generate import WORDS
 
     tok = transformers.AutoTokenizer.from_pretrained(str(ckpt))
     ids = tok.encode("the river w900 zebra", add_special_tokens=False)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import weakref
 
-from corun_sglang import packing, policy
-from corun_sglang.adapters import prefix, state
-from corun_sglang.stops import CorunContractError
+from corun_sglang.core import packing, policy
+from corun_sglang.serving.adapters import prefix, state
+from corun_sglang.core.stops import CorunContractError
 
 #: How many prefills in a row each SGLang ``Scheduler`` skipped for its pack (``prefill_wait``).
 _waited: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -26,12 +26,13 @@ import logging
 import time
 import typing
 import weakref
-from typing import Any, Optional
+from typing import Optional
 
-from corun_sglang import fingerprint, responses, weights
-from corun_sglang.adapters import seeds as request_seeds
-from corun_sglang.adapters import state
-from corun_sglang.stops import CorunContractError
+from corun_sglang.core import fingerprint, responses
+from corun_sglang.serving import weights
+from corun_sglang.serving.adapters import seeds as request_seeds
+from corun_sglang.serving.adapters import state
+from corun_sglang.core.stops import CorunContractError
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import weakref
 
-from corun_sglang import decode_grid
-from corun_sglang.adapters import state
-from corun_sglang.stops import CorunContractError
+from corun_sglang.core import decode_grid
+from corun_sglang.serving.adapters import state
+from corun_sglang.core.stops import CorunContractError
 
 #: The request each CUDA-graph decode wrapper's surplus blocks point at now (fill only on a change).
 _surplus_request: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -62,7 +62,7 @@ def _fill_surplus(updater, wrapper, batch_size: int, request: int, planned: bool
     wrapper that was ``planned`` and has no plan to fill, or a plan whose surplus ``decode_grid`` cannot
     fill, raises ``CorunContractError``: its surplus blocks would read outside the batch.
     """
-    from corun_sglang.bindings import FIX
+    from corun_sglang.serving.bindings import FIX
 
     if not getattr(wrapper, "is_cuda_graph_enabled", False):
         return False

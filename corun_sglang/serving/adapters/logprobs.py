@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import collections
 
-from corun_sglang import ranking
-from corun_sglang.adapters import state
-from corun_sglang.stops import CorunContractError
+from corun_sglang.core import ranking
+from corun_sglang.serving.adapters import state
+from corun_sglang.core.stops import CorunContractError
 
 #: What ``torch.topk`` returns, as far as SGLang's helpers read it (unpacked, or ``.values`` / ``.indices``).
 TopK = collections.namedtuple("TopK", ["values", "indices"])

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from corun_sglang import moe_padding
-from corun_sglang.adapters import state
+from corun_sglang.core import moe_padding
+from corun_sglang.serving.adapters import state
 
 
 def _skips_padding() -> bool:

@@ -20,9 +20,9 @@ import time
 import weakref
 from typing import Any
 
-from corun_sglang import reservations, steps, stops
-from corun_sglang.adapters import state
-from corun_sglang.stops import CorunContractError
+from corun_sglang.core import reservations, steps, stops
+from corun_sglang.serving.adapters import state
+from corun_sglang.core.stops import CorunContractError
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def scheduler_reservations(result, self, *args, **kwargs):
     ))
     collector = self.metrics_collector
     if collector is not None:
-        from corun_sglang import metrics
+        from corun_sglang.serving import metrics
 
         cfg = self.server_args.corun_config
         _watch(collector, self, metrics.Metrics(collector.labels), cfg.decode_sizes, cfg.packing)

@@ -26,8 +26,8 @@ Invariants:
 
 from __future__ import annotations
 
-from corun_sglang.adapters import state
-from corun_sglang.stops import CorunContractError
+from corun_sglang.serving.adapters import state
+from corun_sglang.core.stops import CorunContractError
 
 
 def _feeds_at_launch(batch) -> bool:

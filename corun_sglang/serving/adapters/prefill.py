@@ -16,9 +16,10 @@ import functools
 
 import torch
 
-from corun_sglang import kernel_probe, packing
-from corun_sglang.adapters import state
-from corun_sglang.stops import CorunContractError
+from corun_sglang.core import packing
+from corun_sglang.serving import kernel_probe
+from corun_sglang.serving.adapters import state
+from corun_sglang.core.stops import CorunContractError
 
 
 def prefill_graph_runner_init(result, self, model_runner, *args, **kwargs):

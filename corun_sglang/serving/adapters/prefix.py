@@ -1,5 +1,5 @@
 """Prefix-cache adapters (``--corun-prefix-cache``): SGLang's radix cache serving only the hits
-``corun_sglang.prefix_cache`` makes exact, and the store of prompt tails identical prompts share.
+``corun_sglang.core.prefix_cache`` makes exact, and the store of prompt tails identical prompts share.
 
 Invariants (each a pass-through without ``--corun-prefix-cache``):
 - a request's match is cut down to the grid (``prefix_cache.grid_hit``) and extended by a stored tail only
@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 import weakref
 
-from corun_sglang import prefix_cache
-from corun_sglang.adapters import state
+from corun_sglang.core import prefix_cache
+from corun_sglang.serving.adapters import state
 
 #: The tail store of each SGLang ``RadixCache``.
 _stores: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from corun_sglang import requests_check
-from corun_sglang.adapters import state
+from corun_sglang.core import requests_check
+from corun_sglang.serving.adapters import state
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,9 @@ import logging
 import weakref
 from typing import Any
 
-from corun_sglang import requests_check, rng, seeds
-from corun_sglang.adapters import state
+from corun_sglang.core import requests_check, seeds
+from corun_sglang.serving import sampling_kernels
+from corun_sglang.serving.adapters import state
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def batch_seeds(original, self, batch, vocab_size):
                 content = seeds.content_digest(r.origin_input_ids, seeds.params_of(sp))
                 seed = sp.sampling_seed = seeds.request_seed(server_args.random_seed, content)
             values.append(seed)
-        self.sampling_seed = rng.seeds_of(values, device=batch.device)
+        self.sampling_seed = sampling_kernels.seeds_of(values, device=batch.device)
     return result
 
 

@@ -1,14 +1,15 @@
 """Adapters at start: a ``--corun`` scheduler re-checks its process; the decode graph runner holds exactly
-the configured graphs, and every record served holds in this environment (``records.foreign``)."""
+the configured graphs, and every record served holds in this environment (``environment.foreign``)."""
 
 from __future__ import annotations
 
 import logging
 
-from corun_sglang import pack_record, records
-from corun_sglang.adapters.state import corun, environment
-from corun_sglang.startup import check_startup
-from corun_sglang.stops import CorunContractError
+from corun_sglang.records import environment, pack_record
+from corun_sglang.serving.adapters import state
+from corun_sglang.serving.adapters.state import corun
+from corun_sglang.serving.startup import check_startup
+from corun_sglang.core.stops import CorunContractError
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +40,12 @@ def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
     served = cfg.served_records()
     if not served:
         return result
-    env = environment(model_runner)
+    env = state.environment(model_runner)
     if any(item.record is None for item in served):  # unverified candidates: tell the verifier where they ran
-        logger.warning(records.environment_line(env))
+        logger.warning(environment.environment_line(env))
     if cfg.prefill_pack is not None and cfg.pack_record is None:
         logger.warning(pack_record.candidate_line(cfg.prefill_pack, cfg.prefill_pack_shortest, cfg.prefill_pack_kernel))
-    problem = records.foreign(served, env)
+    problem = environment.foreign(served, env)
     if problem:
         raise CorunContractError(problem)
     return result

@@ -15,8 +15,8 @@ import inspect
 import weakref
 from typing import Any
 
-from corun_sglang import policy
-from corun_sglang.config import CorunConfig, ablation_mechanisms
+from corun_sglang.core import policy
+from corun_sglang.core.config import CorunConfig, ablation_mechanisms
 
 
 def corun(server_args) -> bool:
@@ -75,15 +75,15 @@ def reserved(req, page_size: int) -> int:
 
 
 def environment(model_runner) -> dict:
-    """A model runner's ``records.environment``: its model, options, GPU (``cpu`` without CUDA) and software."""
+    """A model runner's ``environment.environment``: its model, options, GPU (``cpu`` without CUDA) and software."""
     import torch
 
-    from corun_sglang import records
+    from corun_sglang.records import environment
 
     gpu = torch.cuda.get_device_name(torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
-    return records.environment(
+    return environment.environment(
         model_runner.model_config.hf_config.to_dict(), model_runner.model_config.dtype, model_runner.server_args,
-        gpu=gpu, cuda=torch.version.cuda, installed=records.versions(), blas=records.blas_setup(),
+        gpu=gpu, cuda=torch.version.cuda, installed=environment.versions(), blas=environment.blas_setup(),
     )
 
 

@@ -10,9 +10,9 @@ import types
 import pytest
 
 from adapters.helpers import PACK, _adder, _cache, _recording, _req, _Scheduler
-from corun_sglang import packing
-from corun_sglang.adapters import admission
-from corun_sglang.stops import CorunContractError
+from corun_sglang.core import packing
+from corun_sglang.serving.adapters import admission
+from corun_sglang.core.stops import CorunContractError
 
 
 def test_prefill_batch_holds_one_request(serving):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from adapters.helpers import _generate, _Manager
-from corun_sglang.stops import CorunContractError
+from corun_sglang.core.stops import CorunContractError
 
 
 def _answering(tm):
@@ -53,7 +53,7 @@ def _started_scheduler(args, model, tp_rank=0):
 
 def _fingerprinted(make_args, tm=None, models=None, **options):
     """The init info of one scheduler per model in ``models`` (TP ranks 0, 1, ...) handed to ``tm``."""
-    from corun_sglang.adapters import contract
+    from corun_sglang.serving.adapters import contract
 
     args = make_args(corun=True, **options)
     models = models or [torch.nn.Linear(4, 4)]
@@ -63,7 +63,7 @@ def _fingerprinted(make_args, tm=None, models=None, **options):
 
 
 def test_the_scheduler_init_info_carries_the_contract_and_server_info_shows_its_fingerprint(make_args):
-    from corun_sglang.adapters import contract
+    from corun_sglang.serving.adapters import contract
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)
@@ -85,7 +85,7 @@ def test_the_scheduler_init_info_carries_the_contract_and_server_info_shows_its_
 
 
 def test_every_tp_ranks_weights_are_in_the_fingerprint(make_args):
-    from corun_sglang.adapters import contract
+    from corun_sglang.serving.adapters import contract
 
     torch.manual_seed(0)
     shards = [torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)]
@@ -98,7 +98,7 @@ def test_every_tp_ranks_weights_are_in_the_fingerprint(make_args):
 
 
 def test_without_corun_the_init_info_is_sglangs(make_args):
-    from corun_sglang.adapters import contract
+    from corun_sglang.serving.adapters import contract
 
     info = _started_scheduler(make_args(corun=False), torch.nn.Linear(2, 2)).get_init_info()
     assert contract.INFO not in info and info["status"] == "ready"
@@ -109,8 +109,8 @@ def test_without_corun_the_init_info_is_sglangs(make_args):
 def test_meta_info_carries_the_fingerprint_and_each_samples_seed(tokenizer_manager, make_args):
     from sglang.srt.managers.io_struct import GenerateReqInput
 
-    from corun_sglang.adapters import contract
-    from corun_sglang.seeds import child_seed
+    from corun_sglang.serving.adapters import contract
+    from corun_sglang.core.seeds import child_seed
 
     tm = _answering(tokenizer_manager())
     value = _fingerprinted(make_args, tm)[0][contract.INFO]["system_fingerprint"]
@@ -175,8 +175,8 @@ def _completion(tm, **body):
 
 
 def test_openai_completions_carry_the_fingerprint_and_each_choices_seed(tokenizer_manager, make_args):
-    from corun_sglang.adapters import contract
-    from corun_sglang.seeds import child_seed
+    from corun_sglang.serving.adapters import contract
+    from corun_sglang.core.seeds import child_seed
 
     tm = _answering(tokenizer_manager())
     value = _fingerprinted(make_args, tm)[0][contract.INFO]["system_fingerprint"]
@@ -205,7 +205,7 @@ def test_a_chat_completion_carries_the_fingerprint_and_each_choices_seed(tokeniz
     from sglang.srt.entrypoints.openai.protocol import (ChatCompletionResponse, ChatCompletionResponseChoice,
                                                         ChatMessage, UsageInfo)
 
-    from corun_sglang.adapters import contract
+    from corun_sglang.serving.adapters import contract
 
     tm = tokenizer_manager()
     value = _fingerprinted(make_args, tm)[0][contract.INFO]["system_fingerprint"]

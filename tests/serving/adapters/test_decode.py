@@ -4,8 +4,8 @@ blocks of a CUDA-graph plan pointed inside the batch; pass-through without --cor
 import pytest
 import torch
 
-from corun_sglang.adapters import decode
-from corun_sglang.stops import CorunContractError
+from corun_sglang.serving.adapters import decode
+from corun_sglang.core.stops import CorunContractError
 
 
 @pytest.mark.parametrize("corun", [False, True])

@@ -4,9 +4,9 @@ order (value descending, id ascending), whatever its co-runners ask for; as ship
 import pytest
 import torch
 
-from corun_sglang import ranking
-from corun_sglang.adapters import logprobs as adapter
-from corun_sglang.stops import CorunContractError
+from corun_sglang.core import ranking
+from corun_sglang.serving.adapters import logprobs as adapter
+from corun_sglang.core.stops import CorunContractError
 
 
 def _tied(rows=6, width=512, seed=3):

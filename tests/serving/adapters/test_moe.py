@@ -8,7 +8,7 @@ import torch
 from sglang.srt.runtime_context import publish
 
 from adapters.helpers import _recording
-from corun_sglang.adapters import moe
+from corun_sglang.serving.adapters import moe
 
 
 @pytest.fixture(params=["compute", "skip"])

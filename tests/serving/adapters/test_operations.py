@@ -15,9 +15,10 @@ from prometheus_client import CollectorRegistry
 from sglang.srt.runtime_context import publish
 
 from adapters.helpers import PACK, _adder, _req, _Scheduler
-from corun_sglang import metrics, steps
-from corun_sglang.adapters import operations
-from corun_sglang.stops import CorunContractError
+from corun_sglang.core import steps
+from corun_sglang.serving import metrics
+from corun_sglang.serving.adapters import operations
+from corun_sglang.core.stops import CorunContractError
 
 CHUNK = 64
 
@@ -220,7 +221,7 @@ def _stats_scheduler(adder, waiting, cache, **kwargs):
 def _private_metrics():
     from prometheus_client import CollectorRegistry
 
-    from corun_sglang import metrics
+    from corun_sglang.serving import metrics
 
     registry = CollectorRegistry()
     labels = {"model_name": "m", "tp_rank": 0}
@@ -270,7 +271,7 @@ def test_a_corun_scheduler_logs_its_capacity_and_registers_the_metrics(make_args
 
     from prometheus_client import CollectorRegistry
 
-    from corun_sglang import metrics
+    from corun_sglang.serving import metrics
 
     registry = CollectorRegistry()
     monkeypatch.setattr(metrics, "Metrics", functools.partial(metrics.Metrics, registry=registry))
@@ -322,7 +323,7 @@ def test_a_contract_stop_answers_every_held_request_logs_one_line_and_stops(make
     from sglang.srt.managers.io_struct import AbortReq
     from sglang.srt.managers.tokenizer_manager import TokenizerManager
 
-    from corun_sglang import stops
+    from corun_sglang.core import stops
 
     monkeypatch.setattr(stops, "ANSWER_GRACE_S", 0)
     scheduler, value = _stopping_scheduler(make_args)

@@ -111,8 +111,8 @@ def test_negative_control_as_shipped_a_co_runners_prefill_changes_what_the_penal
 
 
 def test_a_decode_step_without_one_input_id_per_request_stops_the_server(serving):
-    from corun_sglang.adapters import penalties
-    from corun_sglang.stops import CorunContractError
+    from corun_sglang.serving.adapters import penalties
+    from corun_sglang.core.stops import CorunContractError
 
     serving(True)
     batch = _batch({"frequency_penalty": 0.5})

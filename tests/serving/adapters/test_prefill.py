@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from adapters.helpers import PACK
-from corun_sglang.adapters import prefill
-from corun_sglang.stops import CorunContractError
+from corun_sglang.serving.adapters import prefill
+from corun_sglang.core.stops import CorunContractError
 
 
 @pytest.mark.parametrize("tokens,replayed", [(33, PACK), (200, PACK), (PACK, PACK), (32, 32), (300, 300)])
@@ -80,7 +80,8 @@ def test_prefill_plans_run_without_split_kv_under_a_pack(packing_args):
 def test_a_pack_set_for_fa3_stops_at_a_prefill_planned_on_another_kernel(packing_args, monkeypatch):
     from sglang.srt.layers.attention.flashinfer_backend import FlashInferIndicesUpdaterPrefill
 
-    from corun_sglang import kernel_probe, packing
+    from corun_sglang.core import packing
+    from corun_sglang.serving import kernel_probe
 
     real = FlashInferIndicesUpdaterPrefill.call_begin_forward
     while hasattr(real, "__wrapped__"):

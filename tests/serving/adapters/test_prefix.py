@@ -17,8 +17,8 @@ import pytest
 import torch
 from sglang.srt.runtime_context import publish
 
-from corun_sglang import prefix_cache as pc
-from corun_sglang.adapters import prefix
+from corun_sglang.core import prefix_cache as pc
+from corun_sglang.serving.adapters import prefix
 
 G = pc.GRID
 POOL = 40_000
@@ -151,7 +151,7 @@ class Sim:
 
     def _check_admission(self):
         """What running requests may still write fits the pool beside what they share."""
-        from corun_sglang.adapters import state
+        from corun_sglang.serving.adapters import state
 
         own = sum(state.reserved(r, 1) for r in self.running.reqs + ([self.chunked] if self.chunked else []))
         assert own + self.tree.protected_size() <= self.alloc.size

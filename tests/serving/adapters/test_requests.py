@@ -15,7 +15,7 @@ def _request_of(case, tm):
     from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
     from sglang.srt.managers.io_struct import GenerateReqInput
 
-    from corun_sglang import request_corpus
+    from corun_sglang.tools import request_corpus
 
     if case.path == request_corpus.GENERATE:
         return GenerateReqInput(**case.body)
@@ -34,7 +34,7 @@ def _request_of(case, tm):
 
 
 def _corpus():
-    from corun_sglang import request_corpus
+    from corun_sglang.tools import request_corpus
 
     return [pytest.param(c, id=c.name) for c in request_corpus.CASES]
 
@@ -151,7 +151,7 @@ def openai_client(tokenizer_manager, tmp_path, monkeypatch):
 
 
 def _served(*names) -> bool:
-    from corun_sglang.requests_check import PARAMETERS, REFUSED
+    from corun_sglang.core.requests_check import PARAMETERS, REFUSED
 
     return all(p.status != REFUSED for p in PARAMETERS if p.name in names)
 

@@ -4,7 +4,7 @@ manager sends, ``n > 1`` children included; pass-through without --corun."""
 import pytest
 
 from adapters.helpers import _cache, _generate, _Manager, _req, _ReqState
-from corun_sglang.adapters import seeds as adapter_seeds
+from corun_sglang.serving.adapters import seeds as adapter_seeds
 
 
 def test_batch_seeds_are_per_request_and_derived_when_missing(serving):
@@ -58,7 +58,7 @@ def test_n_samples_get_distinct_seeds_the_same_set_each_time_when_seeded(given_s
 def test_identical_unseeded_requests_get_distinct_seeds_the_same_after_a_restart():
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    from corun_sglang import seeds
+    from corun_sglang.core import seeds
 
     def run(manager, prompts):
         out = []
@@ -85,7 +85,7 @@ def test_identical_unseeded_requests_get_distinct_seeds_the_same_after_a_restart
 def test_the_same_n_request_sent_twice_gets_the_same_child_seeds(tokenizer_manager):
     from sglang.srt.managers.io_struct import GenerateReqInput
 
-    from corun_sglang.seeds import child_seed
+    from corun_sglang.core.seeds import child_seed
 
     tm = tokenizer_manager()
 
@@ -104,7 +104,7 @@ def test_the_same_n_request_sent_twice_gets_the_same_child_seeds(tokenizer_manag
 def test_a_batch_of_n_requests_seeds_each_prompts_children_by_position(tokenizer_manager):
     from sglang.srt.managers.io_struct import GenerateReqInput
 
-    from corun_sglang.seeds import child_seed
+    from corun_sglang.core.seeds import child_seed
 
     tm = tokenizer_manager()
     body = {"input_ids": [[5, 6, 7], [8, 9]], "rid": ["a", "b"],
@@ -120,7 +120,7 @@ def test_a_scheduler_never_raises_on_a_seed_that_is_not_one(serving, seed):
     from sglang.srt.managers.schedule_batch import ScheduleBatch
     from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 
-    from corun_sglang import seeds
+    from corun_sglang.core import seeds
 
     serving(True)
     _, cache = _cache(1000)

@@ -6,19 +6,19 @@ import types
 import pytest
 
 from adapters.helpers import PACK
-from corun_sglang.adapters import startup
-from corun_sglang.stops import CorunContractError
+from corun_sglang.serving.adapters import startup
+from corun_sglang.core.stops import CorunContractError
 
 
 def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate_logs_its_own(
         make_args, tmp_path, monkeypatch, caplog):
     import json
 
-    from corun_sglang import pack_record, records
+    from corun_sglang.records import environment, pack_record
 
     path = tmp_path / "pack.json"
     path.write_text(json.dumps(pack_record.Record(pack=PACK, shortest=33, environment={"gpu": "A"}).to_json()))
-    monkeypatch.setattr(startup, "environment", lambda model_runner: {"gpu": "B"})
+    monkeypatch.setattr(startup.state, "environment", lambda model_runner: {"gpu": "B"})
     graphs = types.SimpleNamespace(capture_bs=[256])
 
     def runner(**options):
@@ -31,6 +31,6 @@ def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate
         startup.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack=str(path)))
     with caplog.at_level("WARNING"):
         assert startup.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack_candidate=PACK)) == "built"
-    assert records.environment_from_log(caplog.text) == {"gpu": "B"}
+    assert environment.environment_from_log(caplog.text) == {"gpu": "B"}
     assert pack_record.candidate_from_log(caplog.text) == {"pack": PACK, "shortest": 33, "kernel": "fa2"}
     assert startup.decode_graph_runner_init("built", graphs, runner()) == "built"  # nothing to verify

@@ -3,7 +3,7 @@
 import pytest
 from sglang.srt.runtime_context import publish
 
-from corun_sglang.adapters import state
+from corun_sglang.serving.adapters import state
 
 
 @pytest.mark.parametrize(
