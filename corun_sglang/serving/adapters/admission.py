@@ -30,12 +30,11 @@ def chunked_req_token_budget(original, self):
     return policy.chunk_budget(self.rem_chunk_tokens)
 
 
+@state.corun_only
 def add_one_req(original, self, req, *args, **kwargs):
     """Admit a waiting request only under full-sequence admission (``policy.admits``), into an empty
     prefill batch or, with a prefill pack, into one of packable prompts it fits (``packing.joins``)."""
     cfg = state.config()
-    if cfg is None:
-        return original(self, req, *args, **kwargs)
     pack = cfg.packing
     if self.can_run_list and pack is None:  # this prefill batch is taken: SGLang's own limit refuses the request
         return original(self, req, *args, **kwargs)
@@ -77,12 +76,12 @@ def _pack_cut_short(scheduler, running_batch) -> bool:
     )
 
 
+@state.corun_only
 def prefill_wait(original, self, running_batch, *args, **kwargs):
     """With ``--corun-prefill-pack-wait W``: a prefill that full-sequence admission would cut short
     (``packing.cut_short``) is skipped for up to W passes in a row, each a decode step of ``running_batch``
     instead; then it runs as admission allows."""
-    cfg = state.config()
-    wait = cfg.prefill_pack_wait if cfg is not None else 0
+    wait = state.config().prefill_pack_wait
     if not wait:
         return original(self, running_batch, *args, **kwargs)
     waited = _waited.get(self, 0)
@@ -97,23 +96,22 @@ def prefill_wait(original, self, running_batch, *args, **kwargs):
     return original(self, running_batch, *args, **kwargs)
 
 
+@state.corun_only
 def retract_decode(original, self, server_args, *args, **kwargs):
     """Decode retraction never runs under ``--corun``: full-sequence admission rules it out."""
-    if state.corun(server_args):
-        raise CorunContractError(
-            f"decode retraction was about to run for a batch of {len(self.reqs)} requests "
-            f"(KV available: {self.token_to_kv_pool_allocator.available_size()} tokens). "
-            "Full-sequence admission should make this impossible; please report it"
-        )
-    return original(self, server_args, *args, **kwargs)
+    raise CorunContractError(
+        f"decode retraction was about to run for a batch of {len(self.reqs)} requests "
+        f"(KV available: {self.token_to_kv_pool_allocator.available_size()} tokens). "
+        "Full-sequence admission should make this impossible; please report it"
+    )
 
 
+@state.corun_only
 def default_max_new_tokens(original, self, req, *args, **kwargs):
     """A request without ``max_new_tokens`` (a chat completion without ``max_tokens``) gets
     ``--corun-default-max-new-tokens`` before SGLang caps it to the context and the pool, so the
     reservation admission makes for it is bounded; unset, it keeps SGLang's own, the rest of the context."""
-    cfg = state.config()
-    bound = None if cfg is None else cfg.default_max_new_tokens
+    bound = state.config().default_max_new_tokens
     if bound is not None and req.sampling_params.max_new_tokens is None:
         req.sampling_params.max_new_tokens = bound
     return original(self, req, *args, **kwargs)

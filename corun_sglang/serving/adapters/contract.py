@@ -46,12 +46,13 @@ _fingerprints: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _stream_seeds: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar("corun_stream_seeds", default=None)
 
 
+@state.corun_only_after
 def scheduler_info(result, self, *args, **kwargs):
     """A ``--corun`` scheduler's init info gains ``INFO``: its TP rank, the digest of its loaded weights,
     its record environment and the resolved configuration."""
-    server_args = self.server_args
-    if not state.corun(server_args) or not isinstance(result, dict):
+    if not isinstance(result, dict):
         return result
+    cfg = state.config()
     runner = self.tp_worker.model_runner
     started = time.perf_counter()
     digest = weights.of_model(runner.model)
@@ -61,17 +62,16 @@ def scheduler_info(result, self, *args, **kwargs):
         "tp_rank": self.ps.tp_rank,
         "weights": digest,
         "environment": state.environment(runner),
-        "configuration": fingerprint.configuration(server_args.corun_config),
-        "calibration": server_args.corun_config.calibration,
+        "configuration": fingerprint.configuration(cfg),
+        "calibration": cfg.calibration,
     }
     return result
 
 
+@state.corun_only_after
 def hand_over(result, tokenizer_manager, scheduler_init_result, *args, **kwargs):
     """The engine hands the schedulers' init infos to the tokenizer process: under ``--corun`` their
     ``INFO`` becomes one ``system_fingerprint``, written into TP rank 0's info (``/server_info``)."""
-    if not state.corun(getattr(tokenizer_manager, "server_args", None)):
-        return result
     infos = scheduler_init_result.scheduler_infos
     if not infos or any(INFO not in info for info in infos):
         raise CorunContractError(
@@ -103,12 +103,13 @@ def system_fingerprint(tokenizer_manager) -> str | None:
         return None
 
 
+@state.corun_only_stream
 async def stamp_outputs(original, self, obj, *args, **kwargs):
     """Every output of a ``--corun`` generate request carries the server's fingerprint and the seed the
     request was sent with."""
     from sglang.srt.managers.io_struct import GenerateReqInput
 
-    if not (state.corun(self.server_args) and isinstance(obj, GenerateReqInput)):
+    if not isinstance(obj, GenerateReqInput):
         async for out in original(self, obj, *args, **kwargs):
             yield out
         return
@@ -161,27 +162,30 @@ def _response(original, self, request, ret, *args, **kwargs):
     from sglang.srt.entrypoints.openai.protocol import ChatCompletionResponse, CompletionResponse
 
     response = original(self, request, ret, *args, **kwargs)
-    manager = self.tokenizer_manager
-    if not state.corun(manager.server_args) or not isinstance(response, (CompletionResponse, ChatCompletionResponse)):
+    if not isinstance(response, (CompletionResponse, ChatCompletionResponse)):
         return response
-    return _restamp(response, system_fingerprint(manager), responses.choice_seeds(ret))
+    return _restamp(response, system_fingerprint(self.tokenizer_manager), responses.choice_seeds(ret))
 
 
+@state.corun_only
 def completion_response(original, self, request, ret, *args, **kwargs):
     """``/v1/completions``, not streamed: ``_response``."""
     return _response(original, self, request, ret, *args, **kwargs)
 
 
+@state.corun_only
 def chat_response(original, self, request, ret, *args, **kwargs):
     """``/v1/chat/completions``, not streamed: ``_response``."""
     return _response(original, self, request, ret, *args, **kwargs)
 
 
+@state.corun_only_stream
 def completion_stream(original, self, *args, **kwargs):
     """``/v1/completions``, streamed: ``_stream``."""
     return _stream(original, self, *args, **kwargs)
 
 
+@state.corun_only_stream
 def chat_stream(original, self, *args, **kwargs):
     """``/v1/chat/completions``, streamed: ``_stream``."""
     return _stream(original, self, *args, **kwargs)
@@ -191,10 +195,6 @@ async def _stream(original, self, *args, **kwargs):
     """Every chunk of a ``--corun`` OpenAI stream carries ``system_fingerprint`` and, on each choice, the
     seed of the sample it continues."""
     manager = self.tokenizer_manager
-    if not state.corun(manager.server_args):
-        async for event in original(self, *args, **kwargs):
-            yield event
-        return
     seen: dict = {}
     _stream_seeds.set(seen)  # this request's context, copied into the tasks that serve its samples
     value = system_fingerprint(manager)

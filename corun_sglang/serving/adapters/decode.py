@@ -20,14 +20,13 @@ from corun_sglang.core.stops import CorunContractError
 _surplus_request: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+@state.corun_only
 def eager_decode(original, self, forward_batch, *args, **kwargs):
     """A decode step never runs eagerly under ``--corun``: it replays a captured decode graph or stops."""
-    if state.corun(self.model_runner.server_args):
-        raise CorunContractError(
-            f"a decode step of {forward_batch.batch_size} requests was about to run eagerly "
-            "instead of replaying a captured decode CUDA graph"
-        )
-    return original(self, forward_batch, *args, **kwargs)
+    raise CorunContractError(
+        f"a decode step of {forward_batch.batch_size} requests was about to run eagerly "
+        "instead of replaying a captured decode CUDA graph"
+    )
 
 
 def use_tensor_core(original, *args, **kwargs):

@@ -51,11 +51,10 @@ class Ranked:
             "that order. Fix: corun-sglang is written against SGLang 0.5.17; reinstall it")
 
 
+@state.corun_only
 def ranked_top_logprobs(original, *args, **kwargs):
     """SGLang's ``get_top_logprobs_raw`` and ``get_top_logprobs_chunk``, their ``topk`` answered by
     ``ranking.top`` under ``--corun``."""
-    if not state.serving_corun():
-        return original(*args, **kwargs)
     bound = state.bind(original, *args, **kwargs)
     bound.arguments["logprobs"] = Ranked(bound.arguments["logprobs"])
     return original(*bound.args, **bound.kwargs)

@@ -70,21 +70,20 @@ def _admitted(scheduler) -> list:
     return admitted
 
 
+@state.corun_only_after
 def scheduler_reservations(result, self, *args, **kwargs):
     """A ``--corun`` scheduler, its KV pool known, logs how many requests without ``max_tokens`` run at once
     (``reservations.capacity_line``); with ``--enable-metrics`` it registers the ``corun_`` metrics under
     SGLang's scheduler labels, published whenever SGLang logs its own stats (``publish_reservations``)."""
-    if not state.corun(self.server_args):
-        return result
+    cfg = state.config()
     logger.info(reservations.capacity_line(
         self.model_config.context_len, self.max_req_len, self.token_to_kv_pool_allocator.size, self.page_size,
-        self.max_running_requests, self.server_args.corun_default_max_new_tokens,
+        self.max_running_requests, cfg.default_max_new_tokens,
     ))
     collector = self.metrics_collector
     if collector is not None:
         from corun_sglang.serving import metrics
 
-        cfg = self.server_args.corun_config
         _watch(collector, self, metrics.Metrics(collector.labels), cfg.decode_sizes, cfg.packing)
     return result
 
@@ -131,13 +130,12 @@ def _in_flight(scheduler) -> list:
     return [r for r in scheduler.waiting_queue if not r.finished()] + _admitted(scheduler)
 
 
+@state.corun_only
 def event_loop(original, self, *args, **kwargs):
     """A ``--corun`` scheduler's event loop. A ``CorunContractError`` stops the server: it is counted
     (``corun_contract_stops_total``), its cause logged on one line (``stops.line``), every request the
     scheduler holds answered with ``stops.STATUS`` and that cause, and after ``stops.ANSWER_GRACE_S`` the
     error goes on to SGLang's scheduler-crash path, which stops the server's whole process tree."""
-    if not state.corun(self.server_args):
-        return original(self, *args, **kwargs)
     try:
         return original(self, *args, **kwargs)
     except CorunContractError as error:

@@ -31,7 +31,7 @@ from corun_sglang.core.stops import CorunContractError
 
 
 def _feeds_at_launch(batch) -> bool:
-    return bool(getattr(batch, "enable_overlap", False)) and state.serving_corun()
+    return bool(getattr(batch, "enable_overlap", False)) and state.config() is not None
 
 
 def prepared_feed(original, self, *args, **kwargs):

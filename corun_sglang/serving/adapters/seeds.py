@@ -55,23 +55,23 @@ def _derived(manager, sampling_params, input_ids, counted: bool) -> int:
         if counter is None:
             counter = _received[manager] = seeds.Occurrences()
         occurrence = counter.next(content)
-    return seeds.request_seed(manager.server_args.random_seed, content, occurrence)
+    return seeds.request_seed(state.config().random_seed, content, occurrence)
 
 
+@state.corun_only
 def batch_seeds(original, self, batch, vocab_size):
     """Every row of a ``--corun`` batch carries its request's seed (its content's derived seed if none)."""
     result = original(self, batch, vocab_size)
-    server_args = state.published()
-    if state.corun(server_args):
-        values = []
-        for r in batch.reqs:
-            sp = r.sampling_params
-            seed = _valid_seed(sp)
-            if seed is None:
-                content = seeds.content_digest(r.origin_input_ids, seeds.params_of(sp))
-                seed = sp.sampling_seed = seeds.request_seed(server_args.random_seed, content)
-            values.append(seed)
-        self.sampling_seed = sampling_kernels.seeds_of(values, device=batch.device)
+    random_seed = state.config().random_seed
+    values = []
+    for r in batch.reqs:
+        sp = r.sampling_params
+        seed = _valid_seed(sp)
+        if seed is None:
+            content = seeds.content_digest(r.origin_input_ids, seeds.params_of(sp))
+            seed = sp.sampling_seed = seeds.request_seed(random_seed, content)
+        values.append(seed)
+    self.sampling_seed = sampling_kernels.seeds_of(values, device=batch.device)
     return result
 
 
@@ -108,16 +108,16 @@ def sent_seed(req_state: Any) -> int | None:
     return _sent.get(req_state)
 
 
+@state.corun_only
 def send_one_request(original, self, tokenized_obj, *args, **kwargs):
     """Requests leave the tokenizer manager with their seed fixed."""
-    if state.corun(self.server_args):
-        _seed_request(self, tokenized_obj)
+    _seed_request(self, tokenized_obj)
     return original(self, tokenized_obj, *args, **kwargs)
 
 
+@state.corun_only
 def send_batch_request(original, self, tokenized_objs, *args, **kwargs):
     """A batch of requests leaves the tokenizer manager with each seed fixed."""
-    if state.corun(self.server_args):
-        for obj in tokenized_objs:
-            _seed_request(self, obj)
+    for obj in tokenized_objs:
+        _seed_request(self, obj)
     return original(self, tokenized_objs, *args, **kwargs)

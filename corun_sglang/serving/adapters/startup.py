@@ -7,29 +7,26 @@ import logging
 
 from corun_sglang.records import environment, pack_record
 from corun_sglang.serving.adapters import state
-from corun_sglang.serving.adapters.state import corun
 from corun_sglang.serving.startup import check_startup
 from corun_sglang.core.stops import CorunContractError
 
 logger = logging.getLogger(__name__)
 
 
+@state.corun_only
 def scheduler_init(original, self, server_args, *args, **kwargs):
     """Scheduler start: a ``--corun`` scheduler re-checks its own process before loading weights."""
-    if corun(server_args):
-        check_startup()
-        logger.info("corun scheduler: %s", server_args.corun_config.summary())
+    check_startup()
+    logger.info("corun scheduler: %s", state.config().summary())
     return original(self, server_args, *args, **kwargs)
 
 
+@state.corun_only_after
 def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
     """After the decode CUDA-graph runner is built: it holds the graphs of N and of the decode tiers, no
     other, and every record served (decode tiers, prefill pack) was verified in this environment. A server
     serving unverified candidates logs its environment (and its pack) for the verifier to read back."""
-    server_args = model_runner.server_args
-    if not corun(server_args):
-        return result
-    cfg = server_args.corun_config
+    cfg = state.config()
     if list(self.capture_bs) != cfg.decode_sizes:
         raise CorunContractError(
             f"decode CUDA graphs resolved to batch sizes {list(self.capture_bs)}, not {cfg.decode_sizes}: "

@@ -3,7 +3,9 @@ and reservation, a model runner's environment, and the arguments of the SGLang c
 
 Invariants:
 - ``config()`` is this process's published ``corun_config`` (``CorunServerArgs``) under ``--corun`` and
-  None otherwise: one lookup per call, never a re-derivation from the server args;
+  None otherwise: one lookup per call, never a re-derivation from the server args; it is the one answer to
+  "does this process serve ``--corun``", and the guards (``corun_only``, ``corun_only_after``,
+  ``corun_only_stream``) make an adapter a pass-through wherever it is None;
 - an ``IdentityMap`` keeps a value for an object by identity and drops it with the object;
 - nothing here changes SGLang's state.
 """
@@ -19,11 +21,6 @@ from corun_sglang.core import policy
 from corun_sglang.core.config import CorunConfig, ablation_mechanisms
 
 
-def corun(server_args) -> bool:
-    """Whether ``server_args`` serve ``--corun``."""
-    return bool(getattr(server_args, "corun", False))
-
-
 def published():
     """The server args this process published, or None (it serves nothing)."""
     from sglang.srt.runtime_context import get_context
@@ -34,21 +31,56 @@ def published():
         return None
 
 
-def serving_corun() -> bool:
-    """Whether this process serves with ``--corun`` (its published server args say so)."""
-    return corun(published())
-
-
 def config() -> CorunConfig | None:
     """This process's CoRun configuration, or None where it does not serve ``--corun``."""
     args = published()
-    return args.corun_config if corun(args) else None
+    return args.corun_config if getattr(args, "corun", False) else None
+
+
+def corun_only(adapter):
+    """An AROUND adapter (``adapter(original, *args, **kwargs)``) that acts only under ``--corun``: elsewhere
+    the call goes to ``original`` unchanged."""
+
+    @functools.wraps(adapter)
+    def guarded(original, *args, **kwargs):
+        if config() is None:
+            return original(*args, **kwargs)
+        return adapter(original, *args, **kwargs)
+
+    return guarded
+
+
+def corun_only_after(adapter):
+    """An AFTER adapter (``adapter(result, *args, **kwargs)``) that acts only under ``--corun``: elsewhere the
+    result stands as SGLang returned it."""
+
+    @functools.wraps(adapter)
+    def guarded(result, *args, **kwargs):
+        return result if config() is None else adapter(result, *args, **kwargs)
+
+    return guarded
+
+
+def corun_only_stream(adapter):
+    """An AROUND adapter of an async generator that acts only under ``--corun``: elsewhere the items of
+    ``original`` pass through unchanged."""
+
+    @functools.wraps(adapter)
+    async def guarded(original, *args, **kwargs):
+        source = original(*args, **kwargs) if config() is None else adapter(original, *args, **kwargs)
+        try:
+            async for item in source:
+                yield item
+        finally:  # a consumer that stops early closes the source now, running its own cleanup
+            await source.aclose()
+
+    return guarded
 
 
 def applies(mechanism: str) -> bool:
     """Whether this process applies ``mechanism``: under ``--corun``, or in a ``--corun-ablation``."""
     args = published()
-    return corun(args) or mechanism in ablation_mechanisms(getattr(args, "corun_ablation", None))
+    return config() is not None or mechanism in ablation_mechanisms(getattr(args, "corun_ablation", None))
 
 
 @functools.lru_cache(maxsize=None)

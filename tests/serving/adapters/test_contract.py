@@ -37,9 +37,12 @@ class _InitResult(types.SimpleNamespace):
 
 
 def _started_scheduler(args, model, tp_rank=0):
-    """SGLang's own ``Scheduler`` (hooked), as far as ``get_init_info`` and the contract read it after start."""
+    """SGLang's own ``Scheduler`` (hooked), as far as ``get_init_info`` and the contract read it after start, in
+    a process that published ``args`` (as a scheduler process does)."""
     from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.runtime_context import publish
 
+    publish(args, role="scheduler")
     scheduler = Scheduler.__new__(Scheduler)
     scheduler.server_args = args
     scheduler.max_total_num_tokens, scheduler.max_req_input_len, scheduler.startup_time = 1000, 900, {}
@@ -58,8 +61,16 @@ def _fingerprinted(make_args, tm=None, models=None, **options):
     args = make_args(corun=True, **options)
     models = models or [torch.nn.Linear(4, 4)]
     infos = [_started_scheduler(args, m, rank).get_init_info() for rank, m in enumerate(models)]
+    _tokenizer_process(args if tm is None else tm.server_args)
     contract.hand_over(None, tm if tm is not None else _Manager(), _InitResult(scheduler_infos=infos))
     return infos
+
+
+def _tokenizer_process(args):
+    """This process, as the tokenizer process of a server of ``args`` (it published them)."""
+    from sglang.srt.runtime_context import publish
+
+    publish(args, role="tokenizer")
 
 
 def test_the_scheduler_init_info_carries_the_contract_and_server_info_shows_its_fingerprint(make_args):
@@ -102,6 +113,7 @@ def test_without_corun_the_init_info_is_sglangs(make_args):
 
     info = _started_scheduler(make_args(corun=False), torch.nn.Linear(2, 2)).get_init_info()
     assert contract.INFO not in info and info["status"] == "ready"
+    _tokenizer_process(make_args(corun=True))  # a --corun engine handed a scheduler that reported none
     with pytest.raises(CorunContractError, match="reported no corun_contract"):
         contract.hand_over(None, _Manager(), _InitResult(scheduler_infos=[info]))
 

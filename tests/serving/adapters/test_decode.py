@@ -45,9 +45,10 @@ def test_decode_plan_turns_split_kv_off(serving):
 
 def test_decode_plan_points_a_graph_plans_surplus_blocks_at_the_cheapest_request(serving):
     """FlashInfer's CUDA-graph decode wrapper, as far as the adapter reads it: the plan it made last and
-    the page-locked int workspace each plan copies to the GPU (tests/test_decode_grid.py lays it out)."""
+    the page-locked int workspace each plan copies to the GPU (tests/decode_plans.py lays it out)."""
     from sglang.srt.layers.attention.flashinfer_backend import FlashInferIndicesUpdaterDecode
-    from test_decode_grid import _buffer, _plan
+    from decode_plans import buffer as _buffer
+    from decode_plans import plan as _plan
 
     real = FlashInferIndicesUpdaterDecode.call_begin_forward
     while hasattr(real, "__wrapped__"):
@@ -95,7 +96,8 @@ def test_a_graph_plan_whose_surplus_cannot_be_filled_stops_the_server(serving, l
     """After its plan, a CUDA-graph decode wrapper without the plan or workspace ``decode_grid`` fills, or
     with a plan it cannot fill, is an error, never a plan whose surplus blocks read outside the batch."""
     from sglang.srt.layers.attention.flashinfer_backend import FlashInferIndicesUpdaterDecode
-    from test_decode_grid import _buffer, _plan
+    from decode_plans import buffer as _buffer
+    from decode_plans import plan as _plan
 
     real = FlashInferIndicesUpdaterDecode.call_begin_forward
     while hasattr(real, "__wrapped__"):

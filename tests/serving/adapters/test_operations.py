@@ -202,7 +202,9 @@ def test_without_metrics_or_corun_no_step_is_counted(make_args, corun_scheduler)
     bare = _Scheduler(metrics_collector=None)
     assert operations.count_step("result", bare, batch) == "result"  # no --enable-metrics
     # without --corun no corun_ metrics register, so a batch has nothing to count into
-    plain = _Scheduler(server_args=make_args(corun=False), metrics_collector=_Collector(labels={"model_name": "m"}))
+    plain_args = make_args(corun=False)
+    publish(plain_args, role="scheduler")
+    plain = _Scheduler(server_args=plain_args, metrics_collector=_Collector(labels={"model_name": "m"}))
     assert operations.scheduler_reservations("reporter", plain) == "reporter"
     assert operations.count_step("result", plain, batch) == "result"
     assert value(metrics.DECODE_GRAPHS, graph_size="256") is None
@@ -307,8 +309,10 @@ def _stopping_scheduler(make_args, corun=True):
     adder, cache = _adder(10_000, [(100, 10), (100, 10), (100, 10)])
     adder.running_batch.reqs[2].finished_reason = FINISH_LENGTH(10)  # finished: already answered
     counted, value = _private_metrics()
+    args = make_args(corun=corun)
+    publish(args, role="scheduler")  # the scheduler process's own
     scheduler = _stats_scheduler(
-        adder, [(50, 10)], cache, server_args=make_args(corun=corun),
+        adder, [(50, 10)], cache, server_args=args,
         ipc_channels=types.SimpleNamespace(send_to_tokenizer=_Tokenizer()), metrics_collector=_Collector())
     operations._watch(scheduler.metrics_collector, scheduler, counted)
     return scheduler, value

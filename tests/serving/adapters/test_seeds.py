@@ -32,9 +32,10 @@ def _tokenized(rid, sampling_params, input_ids=(5, 6, 7)):
 
 
 @pytest.mark.parametrize("given_seed", [None, 1234])
-def test_n_samples_get_distinct_seeds_the_same_set_each_time_when_seeded(given_seed):
+def test_n_samples_get_distinct_seeds_the_same_set_each_time_when_seeded(serving, given_seed):
     from sglang.srt.sampling.sampling_params import SamplingParams
 
+    serving(True)
     def seeds_of_a_run(manager):
         shared = SamplingParams(max_new_tokens=8, temperature=0.7, sampling_seed=given_seed)
         shared.normalize(None)
@@ -55,7 +56,8 @@ def test_n_samples_get_distinct_seeds_the_same_set_each_time_when_seeded(given_s
     assert first == seeds_of_a_run(_Manager(children=[f"c{i}" for i in range(4)]))  # a fresh server
 
 
-def test_identical_unseeded_requests_get_distinct_seeds_the_same_after_a_restart():
+def test_identical_unseeded_requests_get_distinct_seeds_the_same_after_a_restart(serving):
+    serving(True)
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     from corun_sglang.core import seeds

@@ -22,8 +22,12 @@ def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate
     graphs = types.SimpleNamespace(capture_bs=[256])
 
     def runner(**options):
-        return types.SimpleNamespace(server_args=make_args(corun=True, **options),
-                                     req_to_token_pool=types.SimpleNamespace(size=300))
+        """A model runner in a scheduler process serving ``--corun`` with ``options`` (published)."""
+        from sglang.srt.runtime_context import publish
+
+        args = make_args(corun=True, **options)
+        publish(args, role="scheduler")
+        return types.SimpleNamespace(server_args=args, req_to_token_pool=types.SimpleNamespace(size=300))
 
     with pytest.raises(CorunContractError,
                        match=r"--corun-prefill-pack .*pack.json was verified in another environment "
