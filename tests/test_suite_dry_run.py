@@ -16,7 +16,6 @@ No GPU and no model: this proves the scenario's plumbing (what it sends, in whic
 and counts), not SGLang's bits.
 """
 
-import dataclasses
 import hashlib
 import importlib.util
 import json
