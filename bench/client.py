@@ -22,6 +22,12 @@ the window) and a timeline of prefill and decode throughput (prompt tokens of
 the requests whose first token arrived in each bin; output tokens after the
 first, per bin).
 
+Each request also keeps the prompt tokens it sent and those a prefix cache served it (SGLang's
+``meta_info``: ``prompt_tokens``, ``cached_tokens``); a run's prefill tokens computed are their
+difference, summed over its completed requests. A multi-turn run (``run_sessions``) sends each
+session's turns in order, each turn's prompt the previous one, the model's reply and the next user
+message.
+
 The client is ``aiohttp``, as in ``bench_serving``: at 256 streams it spends
 about half the CPU per streamed chunk that ``httpx`` does, and a client that
 falls behind its streams bunches its chunk timings (``run.py`` records the
@@ -50,6 +56,8 @@ class Record:
     output_tokens: int = 0
     output_ids: list[int] = dataclasses.field(default_factory=list)
     error: str | None = None
+    prompt_tokens: int = 0  # as the server counted them
+    cached_tokens: int = 0  # of those, what its prefix cache served
 
 
 def digest(record: Record) -> str | None:
@@ -189,6 +197,14 @@ def steady(records: list[Record], duration: float) -> dict:
     }
 
 
+def prefill(records: list[Record]) -> dict:
+    """The prompt tokens of a run's completed requests, those a prefix cache served, and the rest: the
+    prefill tokens the server computed for them."""
+    done = [r for r in records if r.error is None and r.end is not None]
+    prompt, cached = sum(r.prompt_tokens for r in done), sum(r.cached_tokens for r in done)
+    return {"prompt_tokens": prompt, "cached_tokens": cached, "prefill_tokens": prompt - cached}
+
+
 def summarize(records: list[Record], duration: float, wave: int | None = None) -> dict:
     """bench_serving-style metrics of one run (``duration`` in seconds); ``wave``: the concurrency."""
     done = [r for r in records if r.error is None and r.end is not None and r.first is not None]
@@ -210,6 +226,7 @@ def summarize(records: list[Record], duration: float, wave: int | None = None) -
         "decode_phase_s": None if window is None else window[0],
         "decode_step_throughput": decode_step_throughput(records, wave or len(records)),
         **steady(records, duration),
+        **prefill(records),
     }
 
 
@@ -226,7 +243,10 @@ async def _one(session: aiohttp.ClientSession, url: str, body: dict) -> Record:
                 if data == b"[DONE]":
                     break
                 chunk = json.loads(data)
-                tokens = chunk["meta_info"]["completion_tokens"]
+                meta = chunk["meta_info"]
+                tokens = meta["completion_tokens"]
+                rec.prompt_tokens = meta.get("prompt_tokens", rec.prompt_tokens)
+                rec.cached_tokens = meta.get("cached_tokens", rec.cached_tokens)
                 ids = chunk.get("output_ids") or []
                 # incremental streams send each chunk's new ids, cumulative ones all ids so far
                 if len(ids) == tokens:
@@ -281,6 +301,34 @@ async def run(url: str, bodies: list[dict], concurrency: int, timeout: float = 3
         start = time.perf_counter()
         records = await asyncio.gather(*(bounded(b) for b in bodies))
         return list(records), time.perf_counter() - start
+
+
+async def run_sessions(url: str, sessions: list, concurrency: int, timeout: float = 3600) -> tuple[list[Record], float]:
+    """Each of ``sessions`` (``workloads.Session``) turn by turn, at most ``concurrency`` sessions at once (closed
+    loop: a session holds its place from its first turn to its last, so ``concurrency`` requests run while
+    that many sessions are left): a turn's prompt is the previous turn's, the reply it got (its output ids)
+    and the next user message. Records in session order, turn by turn, each turn seeded by its place there;
+    the turns after one that failed are not sent, and fail."""
+    gate = asyncio.Semaphore(concurrency)
+    connector = aiohttp.TCPConnector(limit=concurrency + 8)
+    turns = [len(s.users) for s in sessions]
+    firsts = [sum(turns[:k]) for k in range(len(sessions))]
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout)) as http:
+
+        async def converse(k, s):
+            out, prompt = [], []
+            async with gate:
+                for t, (user, new) in enumerate(zip(s.users, s.outputs)):
+                    if out and out[-1].error is not None:
+                        out.append(Record(start=time.perf_counter(), error="an earlier turn of its session failed"))
+                        continue
+                    prompt = (list(s.system) if t == 0 else prompt + out[-1].output_ids) + list(user)
+                    out.append(await _one(http, url, request(prompt, new, seed=firsts[k] + t)))
+            return out
+
+        start = time.perf_counter()
+        done = await asyncio.gather(*(converse(k, s) for k, s in enumerate(sessions)))
+        return [r for records in done for r in records], time.perf_counter() - start
 
 
 def arrivals(count: int, rate: float, seed: int) -> list[float]:

@@ -13,9 +13,9 @@ import statistics
 from pathlib import PurePosixPath
 
 from bench.report_rows import ORDER, PACK_ARM, TIERS_ARM, aggregate_reps
-from bench.report_tables import (ablation_table, coverage_table, decode_table, pair, padding_table, prefills_table,
-                                 repeats_table, sampler_table, short_phases, step_profile_table, steps_table,
-                                 targets_table, tiers_table)
+from bench.report_tables import (ablation_table, coverage_table, decode_table, pair, padding_table, prefill_tokens_table,
+                                 prefills_table, repeats_table, sampler_table, short_phases, step_profile_table,
+                                 steps_table, targets_table, tiers_table)
 
 TITLE = "Benchmarks: STD vs BI vs CoRun"
 #: How every ratio on every page reads, stated once at the top of the summary.
@@ -127,6 +127,10 @@ def study_sections(study: str, rows: list[dict], c: dict, plots: dict[tuple, str
         prefills = prefills_table(rows, shape, concurrency)
         if prefills:
             lines += ["", "Prefill iterations, from the servers' logs:", "", *prefills]
+        computed = prefill_tokens_table(rows, shape, concurrency)
+        if computed:
+            lines += ["", "Prefill tokens computed, from each reply's prompt and cached tokens (medians over "
+                      "repetitions):", "", *computed]
         lines.append("")
     return lines
 

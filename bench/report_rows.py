@@ -32,9 +32,11 @@ TIERS_ARM = "CoRun-tiers"
 PACK_ARM = "CoRun-tiers-pack"
 #: CoRun-tiers-pack whose packs wait for KV (``--corun-prefill-pack-wait``).
 WAIT_ARM = "CoRun-tiers-pack-wait"
+#: CoRun with its deterministic prefix cache (``--corun-prefix-cache``).
+PREFIX_ARM = "CoRun-prefix"
 #: Every arm, in the order tables and plots show them.
-ORDER = ("STD", "STD-flashinfer", "BI", "BI-flashinfer", *ABLATION_ARMS, NOCAL_ARM, "CoRun", TIERS_ARM, PACK_ARM,
-         WAIT_ARM)
+ORDER = ("STD", "STD-flashinfer", "BI", "BI-flashinfer", *ABLATION_ARMS, NOCAL_ARM, "CoRun", PREFIX_ARM, TIERS_ARM,
+         PACK_ARM, WAIT_ARM)
 #: The fewest decode steps a client-measured decode phase must span to be measured: one interval of the
 #: server's decode log. A shorter one (a trace whose first wave holds a request of a few output tokens)
 #: is a handful of steps, whose timings the client's reads and the step a prefill lands in decide.

@@ -6,7 +6,8 @@ other). Where rows carry the servers' decode-step samples (``bench/serverlog.py`
 arm's decode time and step cost by number of running requests. Where a run has a decode phase
 (``client.decode_step_throughput``) of at least ``MIN_PHASE_STEPS`` steps, its median goes in a table
 of its own. Where repetitions kept output digests, a table counts the requests each arm reproduced
-token for token, in all repetitions and in those one GPU ran.
+token for token, in all repetitions and in those one GPU ran. Where rows count their prompt tokens and
+those a prefix cache served (``client.prefill``), a table gives each arm's prefill tokens computed.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import collections
 import statistics
 
 from bench import serverlog, workloads
-from bench.report_rows import (ABLATION_ARMS, ARMS, MIN_PHASE_STEPS, ORDER, PACK_ARM, TIERS_ARM, WAIT_ARM, arm_rank,
-                               bi_slower_elsewhere, is_moe, paired, paired_ratios, reproduced)
+from bench.report_rows import (ABLATION_ARMS, ARMS, MIN_PHASE_STEPS, ORDER, PACK_ARM, PREFIX_ARM, TIERS_ARM, WAIT_ARM,
+                               arm_rank, bi_slower_elsewhere, is_moe, paired, paired_ratios, reproduced)
 
 #: Running-request ranges of the decode-step table.
 LOADS = ((1, 8), (9, 32), (33, 128), (129, 1 << 20))
@@ -85,6 +86,27 @@ def prefills_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
     return lines
 
 
+def prefill_tokens_table(rows: list[dict], shape: str, concurrency: int) -> list[str]:
+    """Markdown: per workload and arm, the prompt tokens of a run, those the server's prefix cache served and
+    the prefill tokens it computed (each reply's ``prompt_tokens`` less its ``cached_tokens``), medians over
+    repetitions, and the computed share of the prompt tokens; rows without the counts stay out."""
+    groups = collections.defaultdict(list)
+    for r in rows:
+        if r["shape"] == shape and r["concurrency"] == concurrency and r.get("prefill_tokens") is not None:
+            groups[(r["workload"], r["arm"])].append(r)
+    if not groups:
+        return []
+    lines = ["| workload | arm | prompt tokens | from the prefix cache | prefill computed | computed share | runs |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for (w, arm) in sorted(groups, key=lambda k: (k[0], arm_rank(k[1]))):
+        rs = groups[(w, arm)]
+        prompt, cached, computed = (statistics.median(r[f] for r in rs)
+                                    for f in ("prompt_tokens", "cached_tokens", "prefill_tokens"))
+        share = f"{computed / prompt:.1%}" if prompt else "-"
+        lines.append(f"| {w} | {arm} | {prompt:,.0f} | {cached:,.0f} | {computed:,.0f} | {share} | {len(rs)} |")
+    return lines
+
+
 def padding_table(rows: list[dict]) -> list[str]:
     """Markdown: median TPOT of one request against the graph size N, with default SGLang's for reference."""
     std = {r["shape"]: r["median_tpot_ms"] for r in rows if r["arm"] == "STD"}
@@ -113,6 +135,16 @@ _TARGETS = (
 #: for KV (where a study ran those arms).
 TARGETS = _TARGETS + tuple((name.replace("CoRun", arm, 1), arm, *rest)
                            for arm in (TIERS_ARM, PACK_ARM, WAIT_ARM) for name, _, *rest in _TARGETS)
+
+
+def _prefix_study(shape, n, rows, c, key, elsewhere) -> bool:
+    """A cell of a prefix-cache workload at concurrency 256 (where the prefix cache's targets apply)."""
+    return n == 256 and key[1] in workloads.PREFIX
+
+
+#: The prefix cache's targets (issue 54), on its workloads' steady-state output throughput.
+TARGETS += tuple((f"{PREFIX_ARM} >= {t}x {den}, steady state", PREFIX_ARM, den, "steady_output_throughput", t,
+                  _prefix_study) for den, t in (("STD", 1.0), ("BI", 2.0), ("CoRun", 1.5)))
 
 
 def targets_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:

@@ -22,7 +22,11 @@ prompts, at most 16 new tokens each), unrecorded: first-use costs (kernel
 selection, allocator growth) stay out of repetition 0. Every repetition sends
 the same prompts and seeds, each measured run from an empty prefix cache
 (``POST /flush_cache``); a row keeps a digest of each request's output tokens,
-so the report counts the requests whose tokens every repetition reproduced.
+so the report counts the requests whose tokens every repetition reproduced. Each row also counts the
+prompt tokens its requests sent, those the server's prefix cache served and the prefill tokens it
+computed (``client.prefill``). The prefix-cache workloads (``workloads.PREFIX``) send an RL group's
+samples back to back and a session's turns one after another (``client.run_sessions``); arms with the
+deterministic prefix cache prefill on its grid (``GRID_ARMS``: their ``--chunked-prefill-size``).
 
     python -m bench.run --shape qwen3-8b --workloads sharegpt,fixed-1024-128 --reps 3 \\
         --out docs/results/bench/runs.jsonl
@@ -56,6 +60,8 @@ ARMS = {
     "CoRun": ["--corun"],
     # ablation: CoRun with calibration off, plain N and isolated prefill
     "CoRun-nocal": ["--corun", "--corun-calibrate", "off"],
+    # CoRun with its deterministic prefix cache: the radix cache on, serving the hits that keep the bits
+    "CoRun-prefix": ["--corun", "--corun-prefix-cache"],
     # CoRun with decode tiers: the sizes of --tier-candidates that corun-sglang verify-tiers keeps (a given
     # record or candidate wins over calibration, so the records below are what these arms serve)
     "CoRun-tiers": ["--corun"],
@@ -69,6 +75,22 @@ ARMS = {
     "SplitKV-off": ["--corun-ablation", "splitkv-off"],
     "SplitKV-off+IsoPrefill": ["--corun-ablation", "splitkv-off+isolated-prefill"],
 }
+
+
+#: Arms that serve the deterministic prefix cache: their prefill chunks are its grid, whatever
+#: ``--chunked-prefill-size`` the others get (the server refuses any other size).
+GRID_ARMS = ("CoRun-prefix",)
+
+
+def arm_shared(arm: str, shared: list[str]) -> list[str]:
+    """The options every arm shares, as ``arm`` gets them: a grid arm's prefill chunk size is the grid."""
+    from corun_sglang.core.prefix_cache import GRID
+
+    if arm not in GRID_ARMS or "--chunked-prefill-size" not in shared:
+        return shared
+    out = list(shared)
+    out[out.index("--chunked-prefill-size") + 1] = str(GRID)
+    return out
 
 
 def load_of(row: dict):
@@ -219,18 +241,18 @@ def pack_record(args, label: str, ckpt, shared: list[str]):
     """The prefill pack record: ``--pack`` where given, else the one of this checkpoint and server options,
     verified once and kept in the logs folder (``PackingError`` where the pack does not verify)."""
     from corun_sglang.probes import verify_packing
-    from corun_sglang.records import pack_record as packing
+    from corun_sglang.records import pack_record
 
     if args.pack:
-        return packing.load(Path(args.pack))
+        return pack_record.load(Path(args.pack))
     path = Path(args.logs) / f"pack-{label}-{args.pack_size}.json"
     if path.exists():
-        return packing.load(path)
+        return pack_record.load(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = verify_packing.verify(str(ckpt), args.pack_size, path, path.with_suffix(".log"), server_args=shared,
                                    static_gb=args.static_gb)
     print(verify_packing.render(record), flush=True)
-    return packing.load(path)
+    return pack_record.load(path)
 
 
 def server_info(url: str) -> dict:
@@ -324,6 +346,8 @@ def main(argv=None) -> int:
     extra = arm_args(args.arm_args, arms)
     env = arm_env(args.arm_env, arms)
     names = args.workloads.split(",")
+    if args.request_rate and workloads.SESSIONS in names:
+        parser.error(f"{workloads.SESSIONS}: a session sends its next turn when the last one ends (closed loop only)")
     concurrencies = ([f"rate={float(r):g}" for r in args.request_rate.split(",")] if args.request_rate
                      else [int(c) for c in args.concurrency.split(",")])
     done = set().union(*(done_reps(Path(p), arms) for p in [out, *args.done]))
@@ -361,8 +385,8 @@ def main(argv=None) -> int:
             tiered = ["--corun-decode-tiers", record.source] if arm in TIERED else []
             tiered += ["--corun-prefill-pack", pack.source] if arm in PACKED else []
             log = Path(args.logs) / serverlog.log_name(args.study, arm)
-            servers[arm] = Server(str(ckpt), ARMS[arm] + extra[arm] + tiered + shared, log, timeout=900,
-                                  static_gb=args.static_gb, env=env[arm])
+            servers[arm] = Server(str(ckpt), ARMS[arm] + extra[arm] + tiered + arm_shared(arm, shared), log,
+                                  timeout=900, static_gb=args.static_gb, env=env[arm])
             info = server_info(servers[arm].url)
             infos[arm] = served(info)
             contracts[arm] = (info.get("corun_contract") or {}) if "--corun" in ARMS[arm] else {}
@@ -376,8 +400,11 @@ def main(argv=None) -> int:
             pairs = workloads.lengths(w, requests_for(args.requests, c))
             # The same prompts for every repetition and arm; each measured run starts with an empty
             # prefix cache, so a repetition gets no cache hits from the one before it.
-            prompts = workloads.prompts(pairs, seed=prompt_seed(w))
-            bodies = [client.request(p, o, seed=i) for i, (p, (_, o)) in enumerate(zip(prompts, pairs))]
+            if w == workloads.SESSIONS:
+                conversations = workloads.sessions(pairs, seed=prompt_seed(w))
+            else:
+                prompts = workloads.workload_prompts(w, pairs, seed=prompt_seed(w))
+                bodies = [client.request(p, o, seed=i) for i, (p, (_, o)) in enumerate(zip(prompts, pairs))]
             server = serve(arm)
             rate = rate_of(c)
             if args.warmup and server not in warmed:
@@ -386,7 +413,9 @@ def main(argv=None) -> int:
             asyncio.run(client.flush_cache(server.url))
             log_start = server.log.stat().st_size
             cpu = time.process_time()
-            if rate is None:
+            if w == workloads.SESSIONS:
+                records, duration = asyncio.run(client.run_sessions(server.url, conversations, c))
+            elif rate is None:
                 records, duration = asyncio.run(client.run(server.url, bodies, c))
             else:  # the same arrival times for every arm and repetition
                 records, duration = asyncio.run(client.run_open(server.url, bodies, rate, seed=prompt_seed(w)))
@@ -399,12 +428,12 @@ def main(argv=None) -> int:
             row = {
                 "study": args.study, "shape": label, "tp": args.tp_size, "workload": w, "arm": arm, "rep": rep,
                 **({"concurrency": c} if rate is None else {"mode": "open", "request_rate": rate, "concurrency": None}),
-                "requests": len(bodies), "prompt_seed": prompt_seed(w), "time": time.time(), "host": socket.gethostname(),
+                "requests": len(pairs), "prompt_seed": prompt_seed(w), "time": time.time(), "host": socket.gethostname(),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_uuid": gpu,
                 "server_command": server.command, **({"server_env": env[arm]} if env[arm] else {}),
                 "decode_wave": wave, "client_cpu_share": cpu / duration,
                 **client.summarize(records, duration, wave=wave),
-                "timeline": client.timeline(records, [len(b["input_ids"]) for b in bodies]),
+                "timeline": client.timeline(records, [i for i, _ in pairs]),
                 "decode_steps": steps,
                 "prefill_batches": serverlog.prefill_batches(share),
                 "output_digests": [client.digest(r) for r in records],
@@ -416,7 +445,8 @@ def main(argv=None) -> int:
             with open(out, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"{label} {w} c={c} rep={rep} {arm}: {row['output_throughput']:.0f} tok/s, "
-                  f"median TPOT {row['median_tpot_ms']:.1f} ms, failed {row['failed']}", flush=True)
+                  f"median TPOT {row['median_tpot_ms']:.1f} ms, prefill computed {row['prefill_tokens']} of "
+                  f"{row['prompt_tokens']} prompt tokens, failed {row['failed']}", flush=True)
     finally:
         for server in servers.values():
             server.stop()

@@ -19,6 +19,9 @@ Invariants:
   marked ``*`` in the report and listed under ``unverified`` in the JSON summary.
 - suite.jsonl supplies what a digest cannot: the server-observed overlap, prefix-cache hits, aborts,
   distinct samples and the arms that did not start. A key missing from a row reads as null.
+- Each control arm (``MUST_DIVERGE``) has its own negative-control table and check: default SGLang must
+  diverge in a, b, d and i, default SGLang with its radix cache on in n. Scenario n's prefix-cache hits
+  (each request row's ``cached_tokens``) are tabulated per shape, arm and run.
 - The exit status is 1 iff the Consistency section lists a problem.
 """
 
@@ -53,13 +56,20 @@ SCENARIOS = {
     "q": "a JSON schema, a regex and an EBNF grammar (xgrammar) among co-runners with other grammars",
     "r": "the openai client: logprobs 5 with echo, top_logprobs, a JSON-schema response_format and forced tool "
          "calls, alone vs among 48 clients and 64 others",
+    "s": "prefix-cache hits against cold runs: whole-prompt hits alone, then among co-runners warm, whole, "
+         "partial, after eviction, and n = 4 groups",
     "http-verify": "OpenAI completions: alone vs 2 concurrent rounds of 128 (`verify`)",
     "http-chat": "OpenAI chat: alone vs 64 concurrent clients",
     "http-restart": "unseeded requests: before vs after a server restart",
 }
-ARMS = ("default", "deterministic", "corun", "corun-moe-compute", "corun-moe-skip")
-MUST_DIVERGE = ("a", "b", "d", "i")  # the scenarios where default SGLang is the negative control
-SURFACE_MUST_DIVERGE = ("n", "o", "p", "q", "r")  # the same, for the shapes that ran them (test_suite_surface.py)
+ARMS = ("default", "default-radix", "deterministic", "corun", "corun-prefix", "corun-moe-compute", "corun-moe-skip")
+#: the negative controls: each control arm and the scenarios where it must diverge
+MUST_DIVERGE = {"default": ("a", "b", "d", "i"), "default-radix": ("s",)}
+#: the scenarios default SGLang must diverge in too, for the shapes that ran them (test_suite_surface.py)
+SURFACE_MUST_DIVERGE = ("n", "o", "p", "q", "r")
+CONTROL_NAMES = {"default": "default SGLang", "default-radix": "default SGLang with its radix cache"}
+#: the scenario whose prefix-cache hits get a table of their own
+PREFIX = "s"
 ROLES = ("reference", "null", "compared")
 REQUIRED = ("shape", "arm", "scenario", "key", "role", "digest")
 STEPS = ("prefill", "decode", "prompt_logprobs")  # first_divergence 0, >= 1, -1
@@ -228,7 +238,7 @@ def recompute(requests: list[dict], suite: list[dict]) -> dict:
         counts = (cells if row["role"] == "compared" else null)[k]
         counts[0] += divergent
         counts[1] += 1
-        if row["role"] == "compared" and row["arm"] == "default":
+        if row["role"] == "compared" and row["arm"] in MUST_DIVERGE:
             s = steps[k]
             if divergent:
                 s[_step(row.get("first_divergence")) or "unlocated"] += 1
@@ -263,7 +273,7 @@ def recompute(requests: list[dict], suite: list[dict]) -> dict:
             cells[k] = [d, c]
             if k in claimed_null:
                 null[k] = list(claimed_null[k])
-            if k.endswith("|default"):
+            if k.rsplit("|", 1)[1] in MUST_DIVERGE:
                 for step in claimed_steps[k]:
                     steps[k][_step(step) or "unlocated"] += 1
             continue
@@ -286,17 +296,19 @@ def recompute(requests: list[dict], suite: list[dict]) -> dict:
         t = null_arms.setdefault(k.split("|")[2], [0, 0])
         t[0] += d
         t[1] += c
-    negative = {}
-    for k, (d, c) in cells.items():
-        if k.endswith("|default"):
-            negative[k.rsplit("|", 1)[0]] = {"divergent": d, "compared": c, **steps[k]}
+    negative: dict = {}
+    for k, (d, c) in sorted(cells.items()):
+        where, arm = k.rsplit("|", 1)
+        if arm in MUST_DIVERGE:
+            negative.setdefault(arm, {})[where] = {"divergent": d, "compared": c, **steps[k]}
     return {
         "totals": {s: {a: totals[s][a] for a in _order(totals[s], ARMS)} for s in sorted(totals)},
         "cells": dict(sorted(cells.items())),
         "controls": {
             "null": {a: null_arms[a] for a in _order(null_arms, ARMS)},
-            "negative": dict(sorted(negative.items())),
+            "negative": {a: negative[a] for a in _order(negative, ARMS)},
             "cached_tokens": _cached_tokens(ran),
+            "hits": _hits(requests, outcomes),
             "overlap": _overlap(ran, cells),
             "aborted_running": _present(ran, "aborted_running"),
             "distinct_samples": _present(ran, "distinct_samples"),
@@ -320,6 +332,23 @@ def _cached_tokens(ran: list[dict]) -> dict:
         v, prev = r.get("cached_tokens"), out.get(r["arm"])
         out[r["arm"]] = prev if v is None else v if prev is None else max(prev, v)
     return {a: out[a] for a in _order(out, ARMS)}
+
+
+def _hits(requests: list[dict], outcomes: list[tuple[dict, bool]]) -> dict:
+    """{"shape|arm": {run: {"role", "rows", "divergent", "cached": [min, max]}}}: scenario s's request rows that
+    carry ``cached_tokens``, per run in the order the suite sent them (references count no divergence)."""
+    divergent = {id(row): d for row, d in outcomes}
+    out: dict = {}
+    for r in requests:
+        if r.get("scenario") != PREFIX or r.get("cached_tokens") is None or r.get("run") is None:
+            continue
+        cell = out.setdefault(f"{r.get('shape')}|{r.get('arm')}", {}).setdefault(
+            r["run"], {"role": r.get("role"), "rows": 0, "divergent": 0, "cached": None})
+        cell["rows"] += 1
+        cell["divergent"] += bool(divergent.get(id(r)))
+        c = r["cached_tokens"]
+        cell["cached"] = [c, c] if cell["cached"] is None else [min(cell["cached"][0], c), max(cell["cached"][1], c)]
+    return out
 
 
 def _overlap(ran: list[dict], cells: dict) -> dict:
@@ -373,21 +402,24 @@ def checks(summary: dict) -> list[str]:
         if arm.startswith("corun"):
             d, c = by_arm[arm]
             out.append(f"{arm}: {d} divergent of {c} comparisons: {'holds' if d == 0 else 'FAILS'}")
-    negative = summary["controls"]["negative"]
-    for shape in sorted({k.split("|")[0] for k in negative}):
-        parts, verdict = [], "holds"
-        scenarios = MUST_DIVERGE + tuple(s for s in SURFACE_MUST_DIVERGE if f"{shape}|{s}" in negative)
-        for s in scenarios:
-            v = negative.get(f"{shape}|{s}")
-            if v is None:
-                parts.append(f"{s} not run")
-                continue
-            parts.append(f"{s} {v['divergent']} / {v['compared']} ({v['decode']} after step 0)")
-            if not v["divergent"]:
-                verdict = "FAILS"
-        if all(p.endswith("not run") for p in parts):
-            continue  # e.g. the HTTP rows: no negative-control scenario there
-        out.append(f"{shape}, default SGLang diverges in {', '.join(scenarios)}: {', '.join(parts)}: {verdict}")
+    for arm, negative in summary["controls"]["negative"].items():
+        must = MUST_DIVERGE.get(arm, ())
+        for shape in sorted({k.split("|")[0] for k in negative}):
+            parts, verdict = [], "holds"
+            scenarios = tuple(must) + (tuple(s for s in SURFACE_MUST_DIVERGE if f"{shape}|{s}" in negative)
+                                       if arm == "default" else ())
+            for s in scenarios:
+                v = negative.get(f"{shape}|{s}")
+                if v is None:
+                    parts.append(f"{s} not run")
+                    continue
+                parts.append(f"{s} {v['divergent']} / {v['compared']} ({v['decode']} after step 0)")
+                if not v["divergent"]:
+                    verdict = "FAILS"
+            if all(p.endswith("not run") for p in parts):
+                continue  # e.g. the HTTP rows: no negative-control scenario there
+            out.append(f"{shape}, {CONTROL_NAMES.get(arm, arm)} diverges in {', '.join(scenarios)}: {', '.join(parts)}: "
+                       f"{verdict}")
     null = summary["controls"]["null"]
     if null:
         bad = [f"{a} {d} / {c}" for a, (d, c) in null.items() if d]
@@ -513,14 +545,25 @@ def _controls(summary: dict) -> list[str]:
              "0 expected on every arm):", ""]
     null = [[a, _count(v)] for a, v in controls["null"].items()]
     lines += _table(["arm", "null divergent / compared"], null) if null else ["Not run.", ""]
-    lines += ["Negative control (default SGLang): where the divergent outputs first differ.", ""]
-    negative = [[k.replace("|", ", "), _count([v["divergent"], v["compared"]], f"{k}|default" in unverified),
-                 v["prefill"], v["decode"], v["prompt_logprobs"]] for k, v in controls["negative"].items()]
-    lines += _table(["model, scenario", "divergent / compared", "step 0 (prefill)", "steps >= 1 (decode)",
-                     "prompt logprobs (-1)"], negative) if negative else ["Not run.", ""]
-    lines += ["Prefix cache: the most prompt tokens any reply of the arm took from the cache (0 expected).", ""]
+    if not controls["negative"]:
+        lines += ["Negative control: not run.", ""]
+    for arm, negative in controls["negative"].items():
+        lines += [f"Negative control, {CONTROL_NAMES.get(arm, arm)} (`{arm}`), which must diverge in "
+                  f"{', '.join(MUST_DIVERGE.get(arm, ()))}: where the divergent outputs first differ.", ""]
+        rows = [[k.replace("|", ", "), _count([v["divergent"], v["compared"]], f"{k}|{arm}" in unverified),
+                 v["prefill"], v["decode"], v["prompt_logprobs"]] for k, v in negative.items()]
+        lines += _table(["model, scenario", "divergent / compared", "step 0 (prefill)", "steps >= 1 (decode)",
+                         "prompt logprobs (-1)"], rows)
+    lines += ["Prefix cache: the most prompt tokens any reply of the arm took from the cache (0 expected on an "
+              "arm without one; `corun-prefix` serves only the hits its rules allow, checked reply by reply).", ""]
     cached = [[a, "not measured" if v is None else v] for a, v in controls["cached_tokens"].items()]
     lines += _table(["arm", "max cached tokens"], cached) if cached else ["Not measured.", ""]
+    for where, by_run in controls.get("hits", {}).items():
+        lines += [f"Prefix-cache hits in scenario {PREFIX}, {where.replace('|', ', ')}: the prompt tokens each reply took "
+                  "from the cache, and the replies that differ from their cold reference.", ""]
+        lines += _table(["run", "role", "replies", "cached tokens (min-max)", "divergent"], [
+            [run, v["role"], v["rows"], f"{v['cached'][0]}-{v['cached'][1]}" if v["cached"][0] != v["cached"][1]
+             else v["cached"][0], "-" if v["role"] == "reference" else v["divergent"]] for run, v in by_run.items()])
     lines += ["Overlap: the most requests the server reported running while the compared ones were in "
               "flight, against the co-runners the scenario intends.", ""]
     for shape, scenarios in _grid(controls["overlap"]).items():

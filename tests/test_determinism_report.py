@@ -11,8 +11,9 @@ spec.loader.exec_module(report)
 
 
 def _req(arm, scenario, key, role, digest, first=None, shape="qwen3-8b", **extra):
+    run = extra.pop("run", 0)
     return {"shape": shape, "arm": arm, "config": "--corun" if arm.startswith("corun") else "",
-            "scenario": scenario, "key": key, "run": f"{role}-{extra.pop('run', 0)}", "role": role,
+            "scenario": scenario, "key": key, "run": run if isinstance(run, str) else f"{role}-{run}", "role": role,
             "digest": digest, "tokens": 16, "finish": "length", "first_divergence": first, **extra}
 
 
@@ -116,7 +117,7 @@ def test_a_cross_arm_row_is_compared_with_the_other_arms_reference():
 def test_the_default_arms_divergences_split_into_prefill_decode_and_prompt_logprobs():
     rows = _needle("default", "a", "p", [("x", 0), ("y", 0), ("z", 7), ("w", 1), ("v", -1), ("ref", None)])
     summary = report.recompute(rows, [])
-    assert summary["controls"]["negative"]["qwen3-8b|a"] == {
+    assert summary["controls"]["negative"]["default"]["qwen3-8b|a"] == {
         "divergent": 5, "compared": 6, "prefill": 2, "decode": 2, "prompt_logprobs": 1, "unlocated": 0}
     text = report.render(summary)
     assert "| qwen3-8b, a | 5 / 6 | 2 | 2 | 1 |" in text
@@ -187,7 +188,7 @@ def test_older_suite_rows_without_the_new_keys_still_render():
     assert summary["problems"] == []
     assert summary["unverified"] == ["http-qwen3-8b|http-verify|corun", "qwen3-8b|a|corun", "qwen3-8b|a|default",
                                      "qwen3-8b|g|corun"]
-    assert summary["controls"]["negative"]["qwen3-8b|a"]["decode"] == 1
+    assert summary["controls"]["negative"]["default"]["qwen3-8b|a"]["decode"] == 1
     text = report.render(summary)
     assert "| a. bs 1 vs bs 32 (32 prompts, T 0.6, 16 tokens) | 30 / 32* | 0 / 32* |" in text
     assert "| http-verify. OpenAI completions" in text and "| e. long outputs" not in text
@@ -215,3 +216,45 @@ def test_a_row_that_claims_no_overlap_is_not_flagged():
     summary = report.recompute(reqs, rows)
     assert summary["controls"]["overlap"] and all(
         e["proven"] for entries in summary["controls"]["overlap"].values() for e in entries)
+
+
+def _prefix_rows(arm, warm):
+    """Scenario n rows of one needle: cold reference and null, then warm and whole runs ``warm`` (digest, first
+    divergence, cached tokens) among co-runners."""
+    rows = [_req(arm, "s", "needle0", "reference", "ref", run="alone", cached_tokens=0),
+            _req(arm, "s", "needle0", "null", "ref", run="again", cached_tokens=0)]
+    return rows + [_req(arm, "s", "needle0", "compared", d, f, run=run, cached_tokens=c)
+                   for run, (d, f, c) in warm.items()]
+
+
+def test_each_control_arm_has_its_own_negative_control_and_scenario_s_its_hits():
+    rows = _needle("default", "a", "p", [("x", 0)])
+    rows += _prefix_rows("default-radix", {"warm": ("w", 0, 2500), "whole": ("v", 3, 2599)})
+    rows += _prefix_rows("corun-prefix", {"warm": ("ref", None, 2048), "whole": ("ref", None, 2599)})
+    summary = report.recompute(rows, [])
+    assert summary["controls"]["negative"] == {
+        "default": {"qwen3-8b|a": {"divergent": 1, "compared": 1, "prefill": 1, "decode": 0, "prompt_logprobs": 0,
+                                   "unlocated": 0}},
+        "default-radix": {"qwen3-8b|s": {"divergent": 2, "compared": 2, "prefill": 1, "decode": 1,
+                                         "prompt_logprobs": 0, "unlocated": 0}}}
+    checks = report.checks(summary)
+    assert "corun-prefix: 0 divergent of 2 comparisons: holds" in checks
+    assert "qwen3-8b, default SGLang diverges in a, b, d, i: a 1 / 1 (0 after step 0), b not run, d not run, " \
+           "i not run: holds" in checks
+    assert "qwen3-8b, default SGLang with its radix cache diverges in s: s 2 / 2 (1 after step 0): holds" in checks
+    hits = summary["controls"]["hits"]
+    assert hits["qwen3-8b|corun-prefix"] == {
+        "alone": {"role": "reference", "rows": 1, "divergent": 0, "cached": [0, 0]},
+        "again": {"role": "null", "rows": 1, "divergent": 0, "cached": [0, 0]},
+        "warm": {"role": "compared", "rows": 1, "divergent": 0, "cached": [2048, 2048]},
+        "whole": {"role": "compared", "rows": 1, "divergent": 0, "cached": [2599, 2599]}}
+    assert hits["qwen3-8b|default-radix"]["warm"]["divergent"] == 1
+    text = report.render(summary)
+    assert "Negative control, default SGLang with its radix cache (`default-radix`), which must diverge in s" in text
+    assert "| qwen3-8b, s | 2 / 2 | 1 | 1 | 0 |" in text
+    assert "Prefix-cache hits in scenario s, qwen3-8b, corun-prefix" in text
+    assert "| warm | compared | 1 | 2048 | 0 |" in text
+    # a control arm that does not diverge where it must fails its check
+    quiet = _prefix_rows("default-radix", {"warm": ("ref", None, 2500)})
+    assert "qwen3-8b, default SGLang with its radix cache diverges in s: s 0 / 1 (0 after step 0): FAILS" in \
+        report.checks(report.recompute(quiet, []))

@@ -141,6 +141,11 @@ class TailStore:
             freed += tail.tokens
         return chosen
 
+    def clear(self) -> list[Tail]:
+        """Every tail, removed (the pool they point into is being emptied); in use or not."""
+        gone, self._tails = list(self._tails.values()), {}
+        return gone
+
     def evictable_tokens(self) -> int:
         return sum(t.tokens for t in self._tails.values() if t.users == 0)
 

@@ -66,7 +66,7 @@ HOOKS: tuple[Hook, ...] = (
     *(Hook(f"sglang.srt.mem_cache.radix_cache.RadixCache.{name}", HookType.AROUND,
            f"corun_sglang.serving.adapters.prefix:{name}")
       for name in ("match_prefix", "cache_unfinished_req", "cache_finished_req", "evict", "evictable_size",
-                   "protected_size")),
+                   "protected_size", "reset")),
     Hook(
         "sglang.srt.managers.schedule_policy.PrefillAdder.add_chunked_req",
         HookType.AROUND,

@@ -1,7 +1,7 @@
 """The patch series against the installed SGLang: status, apply, revert.
 
 The series is the numbered ``*.patch`` files of ``patches/`` (shipped inside
-the package as ``corun_sglang/patches``), each against SGLang
+the package as ``corun_sglang/serving/patches``), each against SGLang
 ``SGLANG_VERSION`` with paths relative to site-packages (``sglang/srt/...``),
 applied in number order. ``patches/README.md`` is the ledger: target, why,
 how, upstream plan.

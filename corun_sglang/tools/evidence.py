@@ -11,12 +11,15 @@ body, so the same output is owed), a ``run`` (which sending of it), and a ``role
 - ``aborted``: a co-runner the scenario aborts (neither checked whole nor compared).
 
 ``judge`` turns one (shape, arm, scenario)'s sends into one ``requests.jsonl`` row per compared,
-null or reference output (with its digest and first divergence), one ``suite.jsonl`` row of counts
-and evidence, and the problems that fail the test. Invariants: pure; counts are recomputable from
-the request rows alone (``compare.digest``); every output is checked whole: non-empty, and of its
-``max_new_tokens`` unless it ended by EOS or a stop condition (``ignore_eos`` false); the overlap
-recorded for a row is its worst compared request's (the smallest margin over its intended count), and
-each compared request's row carries its own (``intended``, ``running_max``).
+null or reference output (with its digest, first divergence, prompt length and the prompt tokens a
+prefix cache served it, ``cached_tokens``), one ``suite.jsonl`` row of counts and evidence (the
+cached tokens in all, and per role: ``cached_by_role``), and the problems that fail the test.
+
+Invariants: pure; counts are recomputable from the request rows alone (``compare.digest``); every
+output is checked whole: non-empty, and of its ``max_new_tokens`` unless it ended by EOS or a stop
+condition (``ignore_eos`` false); the overlap recorded for a row is its worst compared request's (the
+smallest margin over its intended count), and each compared request's row carries its own
+(``intended``, ``running_max``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class Sent:
     #: requests the scenario claims were running beside this one, itself included (compared runs)
     intended: int = 0
     reference_arm: str | None = None  # compared with another arm's reference of the same key
+    prompt_tokens: int = 0  # the request's prompt length
+    logprob_start_len: int | None = None  # where its prompt logprobs start, if it asked for them
 
 
 def whole(generation: Generation | None, params: dict) -> str | None:
@@ -98,6 +103,8 @@ def judge(shape: str, arm: str, scenario: str, sents: list[Sent], overlap_of: Ca
     first_steps, null_first, worst = [], [], None
     comparisons = nulls = 0
     cached = sum(s.generation.cached_tokens for s in sents if s.generation is not None)
+    by_role = {role: sum(s.generation.cached_tokens for s in sents if s.role == role and s.generation is not None)
+               for role in ROLES if any(s.role == role for s in sents)}
     for s in sents:
         if s.role in ("corunner", "aborted"):
             continue
@@ -109,7 +116,9 @@ def judge(shape: str, arm: str, scenario: str, sents: list[Sent], overlap_of: Ca
         step = None if s.role == "reference" else first_divergence(ref.generation or Generation((), ()), gen)
         out.append({"shape": shape, "arm": arm, "scenario": scenario, "key": s.key, "run": s.run, "role": s.role,
                     "digest": digest(gen), "tokens": len(gen.tokens), "finish": gen.finish,
-                    "first_divergence": step, **({"reference_arm": s.reference_arm} if s.reference_arm else {})})
+                    "first_divergence": step, "prompt_tokens": s.prompt_tokens, "cached_tokens": gen.cached_tokens,
+                    **({"logprob_start_len": s.logprob_start_len} if s.logprob_start_len is not None else {}),
+                    **({"reference_arm": s.reference_arm} if s.reference_arm else {})})
         if s.role == "null":
             nulls += 1
             if step is not None:
@@ -125,7 +134,7 @@ def judge(shape: str, arm: str, scenario: str, sents: list[Sent], overlap_of: Ca
                     worst = (s.intended, seen)
     row = {"shape": shape, "arm": arm, "scenario": scenario, "comparisons": comparisons,
            "divergent": len(first_steps), "first_steps": first_steps[:50], "null_comparisons": nulls,
-           "null_divergent": len(null_first), "cached_tokens": cached,
+           "null_divergent": len(null_first), "cached_tokens": cached, "cached_by_role": by_role,
            "claims_overlap": any(s.role == "compared" and s.intended for s in sents),
            "overlap": None if worst is None else worst[1].as_row(worst[0]), **extra}
     if null_first:

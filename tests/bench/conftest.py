@@ -20,13 +20,25 @@ PREFILL_LINE = ("[{}] Prefill batch, #new-seq: 1, #new-token: {}, #cached-token:
                 "#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: True, input throughput (token/s): 1.00\n")
 
 
-def _streaming_server(log=None, capacity=None, cumulative=False, info=None):
+def _streaming_server(log=None, capacity=None, cumulative=False, info=None, cache=False):
     """A stand-in SGLang: /generate streams a token every 10 ms, its id a function of the prompt and
-    position, one new id per chunk (``cumulative``: every id so far); with ``log``, it appends an
-    SGLang prefill-batch line and two decode-batch lines per request; with ``capacity``, at most that
-    many stream at once, the others wait their turn. /start_profile writes an empty trace a moment later; /flush_cache answers
-    400 while a request streams, as SGLang does, else 200; GET /server_info answers ``info`` (404 without)."""
+    position, one new id per chunk (``cumulative``: every id so far), each chunk's ``meta_info`` with the
+    prompt's tokens and those a prefix cache served (``cache``: SGLang's kind, the longest prefix the prompt
+    shares with a prompt and its output served since the last flush, all but its last token at most; else
+    none); with ``log``, it appends an SGLang prefill-batch line and two decode-batch lines per request; with
+    ``capacity``, at most that many stream at once, the others wait their turn. /start_profile writes an
+    empty trace a moment later; /flush_cache answers 400 while a request streams, as SGLang does, else 200
+    and empties the cache; GET /server_info answers ``info`` (404 without)."""
     slots = threading.BoundedSemaphore(capacity or 1 << 30)
+    kept, lock = [], threading.Lock()  # the prefix cache: prompt + output of each request served
+
+    def hit(prompt):
+        if not cache:
+            return 0
+        with lock:
+            shared = [next((i for i, (a, b) in enumerate(zip(seq, prompt)) if a != b), min(len(seq), len(prompt)))
+                      for seq in kept]
+        return min(max(shared, default=0), len(prompt) - 1)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -46,6 +58,9 @@ def _streaming_server(log=None, capacity=None, cumulative=False, info=None):
             if self.path == "/flush_cache":
                 busy = self.server.streaming > 0
                 self.server.flushes.append(not busy)
+                if not busy:
+                    with lock:
+                        kept.clear()
                 self.send_response(400 if busy else 200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -67,11 +82,12 @@ def _streaming_server(log=None, capacity=None, cumulative=False, info=None):
             with slots:
                 self.server.streaming += 1
                 try:
-                    self._stream(n, sum(body["input_ids"]))
+                    self._stream(n, body["input_ids"])
                 finally:
                     self.server.streaming -= 1
 
-        def _stream(self, n, base):
+        def _stream(self, n, prompt):
+            base, cached = sum(prompt), hit(prompt)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
@@ -86,7 +102,8 @@ def _streaming_server(log=None, capacity=None, cumulative=False, info=None):
                 for k in range(1, n + 1):
                     time.sleep(0.01)
                     ids = [(base + j) % 1000 for j in range(1 if cumulative else k, k + 1)]
-                    chunk("data: " + json.dumps({"output_ids": ids, "meta_info": {"completion_tokens": k}}) + "\n\n")
+                    meta = {"completion_tokens": k, "prompt_tokens": len(prompt), "cached_tokens": cached}
+                    chunk("data: " + json.dumps({"output_ids": ids, "meta_info": meta}) + "\n\n")
                 if log is not None:  # logged while the request runs, as SGLang does
                     now = time.strftime("%Y-%m-%d %H:%M:%S")
                     with open(log, "a") as f:
@@ -94,6 +111,8 @@ def _streaming_server(log=None, capacity=None, cumulative=False, info=None):
                 chunk("data: [DONE]\n\n")
                 self.wfile.write(b"0\r\n\r\n")
                 self.server.finished += 1
+                with lock:
+                    kept.append(list(prompt) + [(base + j) % 1000 for j in range(1, n + 1)])
             except OSError:  # the client dropped the request
                 self.server.dropped += 1
 
@@ -125,8 +144,10 @@ class StandIn:
         given = "--corun-decode-tiers" in args or "--corun-prefill-pack" in args
         calibration = ({"source": "off"} if off else {"source": "given"} if given
                        else {"source": "cached", "tiers": [64], "pack": None})
+        # a prefix cache where the arm serves one: SGLang's own, or --corun-prefix-cache (plain --corun has none)
         self.httpd = _streaming_server(self.log, info={"corun_contract": {"calibration": calibration}}
-                                       if "--corun" in args else {})
+                                       if "--corun" in args else {},
+                                       cache="--corun" not in args or "--corun-prefix-cache" in args)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.command = ["server", *args]
         assert static_gb == 38.0 and "--max-total-tokens" in args

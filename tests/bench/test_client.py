@@ -1,6 +1,7 @@
 """``bench/client.py``: bench_serving's metrics, streamed digests, cache flushes and the decode-phase measures."""
 
 import asyncio
+import socket
 
 import pytest
 
@@ -166,3 +167,43 @@ def test_an_open_loop_run_sends_on_schedule_without_waiting_for_completions(stre
     want = client.arrivals(8, 50.0, 1)
     assert all(abs(s - w) < 0.05 for s, w in zip(starts, want))
     assert all(r.error is None and r.output_tokens == 5 for r in records)
+
+
+def test_a_run_counts_the_prefill_its_completed_requests_computed():
+    done = [client.Record(start=0.0, end=1.0, prompt_tokens=2000, cached_tokens=1024),
+            client.Record(start=0.0, end=1.0, prompt_tokens=300, cached_tokens=0)]
+    failed = client.Record(start=0.0, error="boom", prompt_tokens=500)
+    assert client.prefill(done + [failed]) == {"prompt_tokens": 2300, "cached_tokens": 1024, "prefill_tokens": 1276}
+    assert client.summarize(done + [failed], 1.0)["prefill_tokens"] == 1276
+
+
+def test_a_session_sends_each_turn_as_the_last_prompt_its_reply_and_the_next_message(streaming_server):
+    from bench.workloads import Session
+
+    system = [7, 8, 9]
+    sessions = [Session(system, [[1, 2], [3], [4, 5]], [2, 3, 1]), Session(system, [[6], [1, 1]], [1, 2])]
+    server = streaming_server(cache=True)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        records, _ = asyncio.run(client.run_sessions(url, sessions, concurrency=1))
+    finally:
+        server.shutdown()
+    assert len(records) == 5 and all(r.error is None for r in records)
+    first, second, third = server.received[:3]  # one session at a time: the first session's turns in order
+    assert first == system + [1, 2]
+    assert second == first + records[0].output_ids + [3] and third == second + records[1].output_ids + [4, 5]
+    assert server.received[3] == system + [6]
+    # the cache served each turn its whole history; the second session shares the system prompt
+    assert [r.cached_tokens for r in records] == [0, len(first) + 2, len(second) + 3, len(system), 5]
+    assert [r.prompt_tokens for r in records] == [len(p) for p in server.received]
+    assert client.summarize(records, 1.0)["prefill_tokens"] == sum(map(len, server.received)) - (7 + 11 + 3 + 5)
+
+
+def test_a_failed_turn_ends_its_session():
+    from bench.workloads import Session
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    records, _ = asyncio.run(client.run_sessions(f"http://127.0.0.1:{port}", [Session([1], [[2], [3]], [1, 1])], 1))
+    assert records[0].error and records[1].error == "an earlier turn of its session failed"

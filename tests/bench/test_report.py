@@ -318,3 +318,11 @@ def test_every_ratio_is_the_median_of_paired_repetitions_with_their_spread(tmp_p
     # the hosts and commands go to a page of their own, linked from the summary
     assert "Host: one H200" not in summary and "(setup.md)" in summary
     assert "Host: one H200" in (tmp_path / "setup.md").read_text()
+
+
+def test_a_study_page_shows_the_prefill_each_arm_computed(tmp_path, bench_row):
+    rows = [{**bench_row(arm, rep, "sessions", 1000), "prompt_tokens": 9000, "cached_tokens": cached,
+             "prefill_tokens": 9000 - cached} for rep in range(2) for arm, cached in (("STD", 6000), ("CoRun", 0))]
+    text = _report(tmp_path, rows)
+    assert "Prefill tokens computed, from each reply's prompt and cached tokens" in text
+    assert "| sessions | STD | 9,000 | 6,000 | 3,000 | 33.3% | 2 |" in text

@@ -66,3 +66,34 @@ def test_open_loop_rows_tabulate_latency_against_load_and_stay_out_of_the_closed
     text = report_tables.open_loop_table(report_rows.open_loop(path))
     assert "| requests/s | CoRun | STD |" in text
     assert "| 8 | TTFT 90 (80-100), TPOT 11.0 (10.0-12.0), 8000 (8000-8000) tok/s | TTFT 60 (50-70)" in text
+
+
+def _prefix_rows(bench_row, workload="rl-group"):
+    """Three repetitions of the prefix-cache study: each arm's steady throughput and the prefill it computed
+    of 100,000 prompt tokens."""
+    arms = {"STD": (1000, 20_000), "BI": (450, 20_000), "CoRun-prefix": (1100, 14_000), "CoRun": (600, 100_000)}
+    return [{**bench_row(arm, rep, workload, tput), "steady_output_throughput": tput + rep, "study": "prefix",
+             "prompt_tokens": 100_000, "cached_tokens": 100_000 - computed, "prefill_tokens": computed}
+            for rep in range(3) for arm, (tput, computed) in arms.items()]
+
+
+def test_each_arm_shows_the_prefill_it_computed_of_its_prompt_tokens(bench_row):
+    rows = _prefix_rows(bench_row) + [bench_row("STD", 0, "sharegpt", 100.0)]  # a row without the counts
+    lines = report_tables.prefill_tokens_table(rows, "qwen3-8b", 256)
+    assert lines[2:] == ["| rl-group | STD | 100,000 | 80,000 | 20,000 | 20.0% | 3 |",
+                         "| rl-group | BI | 100,000 | 80,000 | 20,000 | 20.0% | 3 |",
+                         "| rl-group | CoRun | 100,000 | 0 | 100,000 | 100.0% | 3 |",
+                         "| rl-group | CoRun-prefix | 100,000 | 86,000 | 14,000 | 14.0% | 3 |"]
+    assert report_tables.prefill_tokens_table([bench_row("STD", 0, "sharegpt", 100.0)], "qwen3-8b", 256) == []
+
+
+def test_the_prefix_caches_targets_apply_to_its_workloads_steady_state(bench_row):
+    rows = _prefix_rows(bench_row) + _prefix_rows(bench_row, "sessions")
+    rows += [{**r, "workload": "sharegpt"} for r in _prefix_rows(bench_row)]  # not a prefix-cache workload
+    groups = {"prefix": (rows, report_rows.cells(rows))}
+    lines = [line for line in report_tables.targets_table(groups) if line.startswith("| CoRun-prefix")]
+    assert len(lines) == 6 and not any("sharegpt" in line for line in lines)
+    # paired steady throughputs (1100 + k) / (1000 + k), (1100 + k) / (450 + k), (1100 + k) / (600 + k)
+    assert "| CoRun-prefix >= 1.0x STD, steady state | prefix | qwen3-8b | rl-group | 256 | 1.10 (1.10-1.10) | yes |" in lines
+    assert "| CoRun-prefix >= 2.0x BI, steady state | prefix | qwen3-8b | sessions | 256 | 2.44 (2.44-2.44) | yes |" in lines
+    assert "| CoRun-prefix >= 1.5x CoRun, steady state | prefix | qwen3-8b | rl-group | 256 | 1.83 (1.83-1.83) | yes |" in lines

@@ -290,3 +290,66 @@ def test_an_open_loop_load_is_a_rate_with_a_minute_of_arrivals():
     assert requests_for(0, "rate=8") == 480 and requests_for(0, "rate=1") == 300
     assert load_of({"mode": "open", "request_rate": 8.0, "concurrency": None}) == "rate=8"
     assert load_of({"concurrency": 64}) == 64
+
+
+@pytest.fixture
+def prefix_run(tmp_path, monkeypatch, stand_in_server):
+    """``run.py`` on the prefix-cache workloads (outputs of 4 tokens) against ``StandIn`` servers: the results
+    file, and the options of a run of STD, CoRun-prefix and CoRun."""
+    monkeypatch.setattr(workloads, "OUTPUT_CAP", 4)
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    out = tmp_path / "runs.jsonl"
+    return out, ["--checkpoint", str(tmp_path / "ckpt"), "--out", str(out), "--logs", str(tmp_path / "logs"),
+                 "--concurrency", "8", "--reps", "1", "--max-total-tokens", "50000", "--warmup", "2",
+                 "--arms", "STD,CoRun-prefix,CoRun"]
+
+
+def _by_arm(out):
+    return {r["arm"]: r for r in (json.loads(line) for line in out.read_text().splitlines())}
+
+
+def test_an_rl_group_run_counts_the_prefill_each_arm_computed(prefix_run, stand_in_server):
+    out, argv = prefix_run
+    # four at a time: a group's last four samples find its prompt in the stand-in's cache (SGLang's kind: each
+    # request caches its prompt once it ends)
+    assert run.main(argv + ["--workloads", "rl-group", "--requests", "16", "--concurrency", "4"]) == 0
+    rows = _by_arm(out)
+    pairs = workloads.lengths("rl-group", 16)
+    prompt = sum(i for i, _ in pairs)
+    assert all(r["prompt_tokens"] == prompt and r["requests"] == 16 and r["completed"] == 16 for r in rows.values())
+    # plain --corun computes every prompt; the arms with a prefix cache reuse a group's prompt
+    assert rows["CoRun"]["cached_tokens"] == 0 and rows["CoRun"]["prefill_tokens"] == prompt
+    for arm in ("STD", "CoRun-prefix"):
+        assert rows[arm]["prefill_tokens"] + rows[arm]["cached_tokens"] == prompt and rows[arm]["cached_tokens"] > 0
+    server = next(s for s in stand_in_server.instances if "--corun-prefix-cache" in s.command)
+    sent = server.httpd.received[2:]  # after the warm-up
+    assert sent[:8] == [sent[0]] * 8 and sent[8] != sent[0]  # a group's samples back to back
+    # the prefix cache's arm prefills on its grid; the others at the chunk size given
+    for s in stand_in_server.instances:
+        size = s.command[s.command.index("--chunked-prefill-size") + 1]
+        assert size == ("1024" if "--corun-prefix-cache" in s.command else "8192")
+
+
+def test_a_sessions_run_sends_each_turn_after_the_last_with_its_reply(prefix_run, stand_in_server):
+    out, argv = prefix_run
+    assert run.main(argv + ["--workloads", "sessions", "--requests", "12"]) == 0
+    rows = _by_arm(out)
+    pairs = workloads.lengths("sessions", 12)
+    assert all(r["prompt_tokens"] == sum(i for i, _ in pairs) and r["completed"] == 12 for r in rows.values())
+    assert rows["CoRun"]["cached_tokens"] == 0 and 0 < rows["STD"]["prefill_tokens"] < rows["CoRun"]["prefill_tokens"]
+    server = next(s for s in stand_in_server.instances if "--corun-prefix-cache" in s.command)
+    sent = server.httpd.received[2:]
+    system = sent[0][:workloads.SYSTEM]
+    assert all(p[:workloads.SYSTEM] == system for p in sent)  # every session behind the one system prompt
+    firsts = {i for i, _ in pairs[::3]}
+    later = [p for p in sent if len(p) not in firsts]
+    # each later turn extends a turn sent before it in its session: that prompt, its reply, a user message
+    assert later and all(any(len(workloads.SYSTEM * [0]) < len(q) < len(p) and p[:len(q)] == q for q in sent)
+                         for p in later)
+
+
+def test_sessions_take_a_closed_loop_only(capsys):
+    with pytest.raises(SystemExit):
+        run.main(["--workloads", "sessions", "--request-rate", "4"])
+    assert "closed loop only" in capsys.readouterr().err

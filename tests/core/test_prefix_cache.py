@@ -81,6 +81,9 @@ def test_the_store_counts_users_and_evicts_unused_tails_least_recently_used_firs
     store.release("a")
     with pytest.raises(ValueError, match="released more often"):
         store.release("a")
+    assert [t.key for t in store.clear()] == ["a"]
+    assert len(store) == 0 and store.get("a") is None and store.evictable_tokens() == 0
+    assert store.add(pc.Tail("a", "new-slots", 0, 5))  # a key stored again after the clear
 
 
 def test_admission_newly_holds_only_what_no_running_request_holds():

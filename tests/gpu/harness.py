@@ -2,7 +2,8 @@
 
 ``send`` posts ``Item``s (all at once, or one after another) and returns ``evidence.Sent``s: each output
 with the client's monotonic send and receive times, which ``tools.loads`` windows read the server's
-running counts against. A streamed body (``"stream": true``) is read to its last chunk, whose
+running counts against, and its prompt's length and logprob start (what a prefix cache may serve it).
+``flush`` empties the server's prefix cache. A streamed body (``"stream": true``) is read to its last chunk, whose
 ``meta_info`` holds the whole output (SGLang streams cumulative logprobs unless told otherwise).
 Prompts come from ``corun_sglang.probes.generate.token_prompts``."""
 
@@ -57,31 +58,49 @@ def _reply(client: httpx.Client, url: str, body: dict):
     return last
 
 
-def _one(url: str, item: Item) -> list[Sent]:
+def _one(client: httpx.Client, url: str, item: Item) -> list[Sent]:
     """One item's outputs; a reply other than 200, or a server that stopped answering, gives no output
     (``whole`` names it), so one arm's crash is that arm's finding, not the other arms' failure."""
-    with httpx.Client(timeout=900) as client:
-        start = time.monotonic()
-        try:
-            body = _reply(client, url, item.body)
-        except (httpx.HTTPError, ValueError):
-            body = None
-        end = time.monotonic()
+    start = time.monotonic()
+    try:
+        body = _reply(client, url, item.body)
+    except (httpx.HTTPError, ValueError):
+        body = None
+    end = time.monotonic()
     params = item.body["sampling_params"]
+    prompt = {"prompt_tokens": len(item.body.get("input_ids") or ()),
+              "logprob_start_len": item.body.get("logprob_start_len")}
     if body is None or isinstance(body, dict) and "meta_info" not in body:
-        return [Sent(item.key, item.run, item.role, params, None, start, end, item.intended)]
+        return [Sent(item.key, item.run, item.role, params, None, start, end, item.intended, **prompt)]
     outs = body if isinstance(body, list) else [body]
     keys = [item.key] if len(outs) == 1 else [f"{item.key}#{i}" for i in range(len(outs))]
-    return [Sent(k, item.run, item.role, params, Generation.of_reply(o), start, end, item.intended)
+    return [Sent(k, item.run, item.role, params, Generation.of_reply(o), start, end, item.intended, **prompt)
             for k, o in zip(keys, outs)]
 
 
 def send(url: str, items: list[Item], concurrent: bool = True) -> list[Sent]:
-    """Send ``items``; their outputs in item order (an ``n > 1`` request's samples as keys ``key#i``)."""
-    if not concurrent:
-        return [s for item in items for s in _one(url, item)]
-    with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
-        return [s for group in pool.map(lambda it: _one(url, it), items) for s in group]
+    """Send ``items``; their outputs in item order (an ``n > 1`` request's samples as keys ``key#i``). One client,
+    with a connection per item, serves them all: each thread only posts, so a burst leaves the client at once."""
+    limits = httpx.Limits(max_connections=len(items) + 1, max_keepalive_connections=len(items) + 1)
+    with httpx.Client(timeout=900, limits=limits) as client:
+        if not concurrent:
+            return [s for item in items for s in _one(client, url, item)]
+        with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
+            return [s for group in pool.map(lambda it: _one(client, url, it), items) for s in group]
+
+
+def flush(url: str, timeout: float = 120) -> None:
+    """Empty the server's prefix cache (``POST /flush_cache``): SGLang refuses while a request is in flight
+    or its scheduler is not yet idle, so this asks again until it succeeds, or raises after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=30) as client:
+        while True:
+            reply = client.post(url + "/flush_cache")
+            if reply.status_code == 200:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url}/flush_cache: {reply.status_code} {reply.text.strip()[:200]}")
+            time.sleep(0.2)
 
 
 def generate(url: str, requests: list[dict], concurrent: bool = True) -> list[Generation]:

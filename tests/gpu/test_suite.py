@@ -1,4 +1,4 @@
-"""Determinism suite: scenarios a-m on every served configuration, on synthetic shapes and a real model.
+"""Determinism suite: scenarios a-n on every served configuration, on synthetic shapes and a real model.
 
 Arms (``ARMS``; ``CORUN_SUITE_ARMS`` picks them, default ``default,deterministic,corun``):
 
@@ -11,7 +11,10 @@ Arms (``ARMS``; ``CORUN_SUITE_ARMS`` picks them, default ``default,deterministic
   record, ``CORUN_SUITE_TIERS_RECORD``), ``corun-pack`` and ``corun-pack-wait`` (a prefill pack
   record, ``CORUN_SUITE_PACK_RECORD``, the latter with ``--corun-prefill-pack-wait
   $CORUN_SUITE_PACK_WAIT``, default 4), ``corun-moe-compute`` (MoE padding rows through the
-  experts): every comparison must be bit-identical.
+  experts), ``corun-prefix`` (``--corun-prefix-cache``: the radix cache on, serving only the hits that keep
+  the cold run's bits): every comparison must be bit-identical;
+- ``default-radix``: SGLang as shipped with its radix cache on, greedy like ``default``: the negative
+  control of the prefix cache. It runs scenario s alone, and must diverge there.
 
 Every scenario runs on all selected arms at once, their servers side by side on one GPU
 (``CORUN_SUITE_STATIC_GB`` GiB of static memory each). For every arm a scenario proves, from the
@@ -22,7 +25,8 @@ server and the outputs, what it claims (``corun_sglang.tools.evidence``):
 - overlap: while each compared request was in flight the server's own running-request count
   (``/v1/loads``, republished every decode step) reached ``intended``: at least an eighth of its
   batch (capped at N) and at least 2 (the report gives the maximum it saw);
-- no prefix-cache hits (``cached_tokens`` 0 in every reply);
+- no prefix-cache hits (``cached_tokens`` 0 in every reply) on an arm without a cache; on ``corun-prefix``,
+  only hits its rules serve (``tools.prefix_hits.allowed``), and in scenario s exactly the hits they predict;
 - every output whole: non-empty and of its ``max_new_tokens``, unless it ended by EOS or a stop token.
 
 Shapes: ``CORUN_SUITE_SHAPES`` (default ``qwen3-8b,qwen3-moe-small``): synthetic shapes of
@@ -31,10 +35,11 @@ package, ``corun_sglang.tools.models``). ``CORUN_SUITE_TEXT=1`` serves text (the
 and ``/v1/chat/completions`` need it; ``test_suite_surface.py``). Other environment: ``CORUN_SUITE_PERMUTATIONS`` (scenario c,
 default 2), ``CORUN_SUITE_SERVER_ARGS`` (default ``--attention-backend flashinfer``: every arm on one
 attention backend; every server also gets ``--chunked-prefill-size 2048``, which scenario f needs
-prompts three times longer than, ``--load-snapshot-publish-interval 1`` and ``--tp-size
-$CORUN_SUITE_TP``), ``CORUN_WEIGHTS``. Each scenario appends per arm one row to
-``$CORUN_RESULTS/suite.jsonl`` and one row per compared output (with its digest) to
-``$CORUN_RESULTS/requests.jsonl``; ``scripts/determinism_report.py`` recounts the report from them.
+prompts three times longer than, or, on ``corun-prefix``, its grid of 1,024 tokens (it refuses any other),
+``--load-snapshot-publish-interval 1`` and ``--tp-size $CORUN_SUITE_TP``), ``CORUN_WEIGHTS``. Each scenario
+appends per arm one row to ``$CORUN_RESULTS/suite.jsonl`` and one row per compared output (with its digest and
+its prefix-cache hit) to ``$CORUN_RESULTS/requests.jsonl``; ``scripts/determinism_report.py`` recounts the
+report from them.
 """
 
 import dataclasses
@@ -50,8 +55,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from corun_sglang.core.prefix_cache import GRID
 from corun_sglang.probes import generate
-from corun_sglang.tools import evidence, loads
+from corun_sglang.tools import evidence, loads, prefix_hits
 from corun_sglang.tools.loads import LoadProbe
 
 import harness
@@ -73,11 +79,13 @@ ARMS = {
     "corun-pack": ["--corun", "--corun-prefill-pack", PACK_RECORD],
     "corun-pack-wait": ["--corun", "--corun-prefill-pack", PACK_RECORD, "--corun-prefill-pack-wait", PACK_WAIT],
     "corun-moe-compute": ["--corun", "--corun-moe-padding", "compute"],
+    "corun-prefix": ["--corun", "--corun-prefix-cache"],
+    "default-radix": [],
 }
 NEEDS = {"corun-tiers": TIERS_RECORD, "corun-pack": PACK_RECORD, "corun-pack-wait": PACK_RECORD}
 SELECTED = os.environ.get("CORUN_SUITE_ARMS", "default,deterministic,corun").split(",")
 #: how each arm is sent a scenario's bodies: default SGLang ignores seeds, so it decodes greedily
-BODY = {"default": evidence.greedy}
+BODY = {"default": evidence.greedy, "default-radix": evidence.greedy}
 TP = int(os.environ.get("CORUN_SUITE_TP", "1"))
 STATIC_GB = float(os.environ.get("CORUN_SUITE_STATIC_GB", "36"))
 PERMUTATIONS = int(os.environ.get("CORUN_SUITE_PERMUTATIONS", "2"))
@@ -87,9 +95,28 @@ TEXT = os.environ.get("CORUN_SUITE_TEXT") == "1"
 CORUN_ARGS = os.environ.get("CORUN_SUITE_CORUN_ARGS", "").split()
 SERVER_ARGS = os.environ.get("CORUN_SUITE_SERVER_ARGS", "--attention-backend flashinfer").split() + [
     "--chunked-prefill-size", "2048", "--tp-size", str(TP), "--load-snapshot-publish-interval", "1"]
-#: the scenarios where default SGLang is the negative control (n-r: ``test_suite_surface.py``)
-MUST_DIVERGE_IN_DEFAULT = {"a", "b", "d", "i", "n", "o", "p", "q", "r"}
+#: the negative controls: each control arm and the scenarios it must diverge in (n-r: ``test_suite_surface.py``)
+MUST_DIVERGE = {"default": {"a", "b", "d", "i", "n", "o", "p", "q", "r"}, "default-radix": {"s"}}
 REPORTED_ONLY = {"deterministic"}
+#: arms that serve a prefix cache (scenario s runs on these alone)
+CACHED = {"corun-prefix", "default-radix"}
+#: arms that run only some scenarios: SGLang's own hits make its null controls differ elsewhere
+ONLY = {"default-radix": {"s"}}
+
+
+def server_args(arm: str) -> list[str]:
+    """An arm's server options beyond its own: every server's (``SERVER_ARGS``), a ``--corun`` arm's
+    (``CORUN_ARGS``), and the prefix cache's chunk, its grid, for ``corun-prefix``."""
+    out = [*(CORUN_ARGS if arm.startswith("corun") else []), *SERVER_ARGS]
+    if arm != "corun-prefix":
+        return out
+    out[out.index("--chunked-prefill-size") + 1] = str(GRID)
+    return out
+
+
+def runs(arm: str, scenario: str) -> bool:
+    """Whether ``arm`` takes part in ``scenario``."""
+    return scenario in ONLY.get(arm, {scenario}) and (scenario != "s" or arm in CACHED)
 
 
 @dataclasses.dataclass
@@ -99,6 +126,7 @@ class Arms:
     vocab: int
     n: dict  # arm -> N (max_running_requests)
     checkpoint: Path | None = None
+    pool: dict = dataclasses.field(default_factory=dict)  # arm -> its KV pool in tokens (max_total_num_tokens)
 
     @property
     def label(self) -> str:
@@ -129,12 +157,11 @@ def arms(request, launch, tmp_path_factory):
     root = Path(os.environ.get("CORUN_CHECKPOINTS", str(tmp_path_factory.getbasetemp())))
     ckpt = _checkpoint(shape, root)
     vocab = json.loads((Path(ckpt) / "config.json").read_text())["vocab_size"]
-    servers, n = {}, {}
+    servers, n, pool = {}, {}, {}
     try:
         for arm in SELECTED:  # one after another: each sizes its memory from what is free at its start
             try:
-                corun_only = CORUN_ARGS if arm.startswith("corun") else []
-                servers[arm] = launch(str(ckpt), *ARMS[arm], *corun_only, *SERVER_ARGS, name=f"suite-{shape}-{arm}",
+                servers[arm] = launch(str(ckpt), *ARMS[arm], *server_args(arm), name=f"suite-{shape}-{arm}",
                                       static_gb=STATIC_GB, text=TEXT)
             except (RuntimeError, TimeoutError) as exc:
                 if arm not in REPORTED_ONLY:
@@ -144,8 +171,10 @@ def arms(request, launch, tmp_path_factory):
                 continue
             info = httpx.get(servers[arm].url + "/server_info", timeout=30).json()
             n[arm] = int(info["max_running_requests"])
+            pool[arm] = int(info.get("max_total_num_tokens") or 0)
             assert arm != "default" or info["disable_radix_cache"] is True
-        yield Arms(shape, servers, min(vocab, generate.VOCAB), n, Path(ckpt))
+            assert arm not in CACHED or info["disable_radix_cache"] is False, f"{arm}: its radix cache is off"
+        yield Arms(shape, servers, min(vocab, generate.VOCAB), n, Path(ckpt), pool)
     finally:
         for server in servers.values():
             server.stop()
@@ -167,8 +196,8 @@ def intended(total: int, n: int) -> int:
 class Lane:
     """One arm's server as a scenario sees it: sends with the arm's bodies, claims overlap out of its N."""
 
-    def __init__(self, arm: str, url: str, n: int):
-        self.arm, self.url, self.n = arm, url, n
+    def __init__(self, arm: str, url: str, n: int, pool: int = 0):
+        self.arm, self.url, self.n, self.pool = arm, url, n, pool
 
     def body(self, body: dict) -> dict:
         return BODY.get(self.arm, lambda b: b)(body)
@@ -183,12 +212,16 @@ class Lane:
                  for i in items]
         return harness.send(self.url, items)
 
+    def flush(self) -> None:
+        """The server's prefix cache emptied: the next request of a prompt is cold."""
+        harness.flush(self.url)
+
 
 def _probed(arms: Arms, arm: str, plan):
     """``plan(lane)`` on one arm's server while a ``LoadProbe`` reads its running count: (sends, probe)."""
     server = arms.servers[arm]
     with LoadProbe(server.url) as probe:
-        return plan(Lane(arm, server.url, arms.n[arm])), probe
+        return plan(Lane(arm, server.url, arms.n[arm], arms.pool.get(arm, 0))), probe
 
 
 def _judge(arms: Arms, arm: str, scenario: str, sents, probe, more=(), references=None, **extra) -> list[str]:
@@ -196,7 +229,8 @@ def _judge(arms: Arms, arm: str, scenario: str, sents, probe, more=(), reference
     only, whose findings go into its row); ``more(row)`` adds problems of the scenario's own."""
     judged = evidence.judge(arms.label, arm, scenario, sents, lambda s: probe.during(s.start, s.end),
                             references=references, tp=TP, probe_failures=probe.failures, **extra)
-    found = judged.problems + list(more(judged.row) if callable(more) else more) + _verdict(arm, scenario, judged.row)
+    found = (judged.problems + list(more(judged.row) if callable(more) else more) + _verdict(arm, scenario, judged.row)
+             + _hit_problems(arm, sents))
     if arm in REPORTED_ONLY:  # its findings are data, not failures
         judged.row["problems"], found = found, []
     config = " ".join(ARMS[arm])
@@ -206,9 +240,13 @@ def _judge(arms: Arms, arm: str, scenario: str, sents, probe, more=(), reference
 
 
 def _across_arms(arms: Arms, scenario: str, plan, check=None, **extra):
-    """``plan(lane)`` on every arm at once, judged per arm; ``check(arm, sents, row)`` adds problems."""
-    with ThreadPoolExecutor(len(arms.servers)) as pool:
-        futures = {arm: pool.submit(_probed, arms, arm, plan) for arm in arms.servers}
+    """``plan(lane)`` on every arm that takes part (``runs``) at once, judged per arm; ``check(arm, sents, row)``
+    adds problems."""
+    taking = [arm for arm in arms.servers if runs(arm, scenario)]
+    if not taking:
+        pytest.skip(f"no selected arm takes part in scenario {scenario}")
+    with ThreadPoolExecutor(len(taking)) as pool:
+        futures = {arm: pool.submit(_probed, arms, arm, plan) for arm in taking}
     problems = []
     for arm, future in futures.items():
         sents, probe = future.result()
@@ -221,11 +259,32 @@ def _verdict(arm: str, scenario: str, row: dict) -> list[str]:
     found = []
     if arm.startswith("corun") and row["divergent"]:
         found.append(f"diverged in {row['divergent']} of {row['comparisons']} (first steps {row['first_steps'][:10]})")
-    if arm == "default" and scenario in MUST_DIVERGE_IN_DEFAULT and not row["divergent"]:
-        found.append(f"negative control: default SGLang did not diverge in {row['comparisons']} comparisons")
-    if row["cached_tokens"]:
-        found.append(f"{row['cached_tokens']} prompt tokens came from a prefix cache")
+    if scenario in MUST_DIVERGE.get(arm, ()) and not row["divergent"]:
+        found.append(f"negative control: {arm} did not diverge in {row['comparisons']} comparisons")
     return found
+
+
+def _hit_problems(arm: str, sents) -> list[str]:
+    """Prompt tokens a prefix cache served, against what the arm may serve: none without a cache; on
+    ``corun-prefix`` only hits its rules give (``prefix_hits.allowed``); ``default-radix``'s are SGLang's own,
+    recorded in its rows.
+
+    On ``corun-prefix`` the scenarios other than n hit often: each sends every prompt several times (reference,
+    null, compared), so a repeat finds its own grid chunks and stored tail (all but its last token), and a prompt
+    of two grid chunks or more may find another's. That keeps their claim: a hit the rules serve leaves exactly
+    the cold run's remaining chunks to compute (docs/prefix_cache.md), so every compared run still owes its
+    reference's bits, its null control (a whole-prompt hit where the cache kept the prompt) shows the cache
+    alone changes none, and scenario s proves cold against warm by itself. A hit the rules never serve would
+    make a comparison rest on a path nothing verified: it fails the scenario."""
+    if arm == "default-radix":
+        return []
+    hits = [s for s in sents if s.generation is not None and s.generation.cached_tokens]
+    if arm not in CACHED:
+        total = sum(s.generation.cached_tokens for s in hits)
+        return [f"{total} prompt tokens came from a prefix cache"] if total else []
+    return [f"{s.key} {s.run}: {s.generation.cached_tokens} cached tokens, a hit the prefix cache never serves "
+            f"(prompt {s.prompt_tokens}, prompt logprobs from {s.logprob_start_len})" for s in hits
+            if s.generation.cached_tokens not in prefix_hits.allowed(s.prompt_tokens, s.logprob_start_len)]
 
 
 def _solo(items, nulls=4):
@@ -346,7 +405,8 @@ def test_g_parallel_samples_reproducible_and_distinct(arms):
     def distinct(arm, sents, row):
         samples = {s.generation.tokens for s in sents if s.role == "reference"}
         row["distinct_samples"] = len(samples)
-        return [] if arm == "default" or len(samples) == 4 else [f"n = 4 gave {len(samples)} distinct samples"]
+        greedy = BODY.get(arm) is evidence.greedy
+        return [] if greedy or len(samples) == 4 else [f"n = 4 gave {len(samples)} distinct samples"]
 
     _across_arms(arms, "g", plan, check=distinct)
 
@@ -474,3 +534,98 @@ def test_l_outputs_ended_by_a_stop_token_or_eos(arms):
                 for s in early]
 
     _across_arms(arms, "l", plan, check=ended_by_stop)
+
+
+#: Scenario s: the system prompt every needle shares: two whole grid chunks and part of a third.
+SYSTEM_TOKENS = 2 * GRID + 452
+#: The partial-hit co-runner shares the system prompt's first grid chunk and this many tokens more.
+PARTIAL_EXTRA = 300
+#: Scenario s's eviction: distinct prompts whose cached KV fills the server's KV pool this many times over,
+#: each of four whole grid chunks and one token, sent this many at once.
+FLOOD, FLOOD_TOKENS, FLOOD_WAVE = 1.25, 4 * GRID + 1, 32
+
+
+def _flood(arms: Arms, lane: Lane, seed: int) -> list[evidence.Sent]:
+    """Prompts of no needle, one new token each, whose KV the cache keeps until it has held ``FLOOD`` pools of
+    them: every prefix cached before them, least recently used first, is evicted."""
+    assert lane.pool > 0, f"{lane.arm}: /server_info gave no max_total_num_tokens to size the eviction by"
+    count = -(-int(FLOOD * lane.pool) // FLOOD_TOKENS)
+    prompts = arms.prompts(count, FLOOD_TOKENS, FLOOD_TOKENS, seed)
+    items = [Item(f"flood{i}", f"flood{seed}", "corunner", lane.body(harness.request(p, 1, 0.0, seed + i)))
+             for i, p in enumerate(prompts)]
+    return [s for k in range(0, len(items), FLOOD_WAVE) for s in harness.send(lane.url, items[k:k + FLOOD_WAVE])]
+
+
+def test_s_prefix_cache_hits_give_the_cold_runs_bits(arms):
+    """Needles that share a system prompt of several grid chunks, each against its cold run (``/flush_cache``,
+    then alone): hit whole while alone (the cache's effect alone), then among co-runners (a) warm, after the
+    system prompt was served, (b) hit whole again, (c) after a prompt sharing only the first grid chunk, (d)
+    after prompts that fill the KV pool evicted it; and (e) an n = 4 group of a needle, each sample against the
+    same sample cold alone, among co-runners from a cold and from a warm cache. The null control is a second
+    cold run. Needles sent together would hit each other's system-prompt chunks (a needle admitted later meets
+    those an earlier one computed), so (c) and (d) send one needle at a time, each after its own setup.
+
+    On ``corun-prefix`` every reply shows the hit the rules predict (``prefix_hits.predicted``): 0 cold, the
+    system prompt's grid chunks warm, the first grid chunk partial, all but the last token whole (grid chunks
+    only for the needle whose prompt logprobs start at its question), 0 after eviction, and all but the last
+    token for every sample of a group, cold ones included (SGLang prefills a group's prompt in a request of
+    its own first). ``default-radix`` records what SGLang hit, and must diverge."""
+    (system,) = arms.prompts(1, SYSTEM_TOKENS, SYSTEM_TOKENS, 150)
+    questions = arms.prompts(4, 100, 300, 151)
+    bodies = [harness.request(system + q, 32, 0.8, 160 + i) for i, q in enumerate(questions)]
+    bodies[3] = {**bodies[3], "logprob_start_len": SYSTEM_TOKENS}  # prompt logprobs of its question
+    needles = [Item(f"needle{i}", "", "compared", b) for i, b in enumerate(bodies)]
+    group = Item("group", "", "compared", harness.request(system + questions[0], 24, 0.8, 170, n=4))
+    (rest,) = arms.prompts(1, SYSTEM_TOKENS - GRID - PARTIAL_EXTRA + 100, SYSTEM_TOKENS - GRID - PARTIAL_EXTRA + 100,
+                           152)
+    partial = system[:GRID + PARTIAL_EXTRA] + rest
+
+    def crowd(seed):
+        return _fillers(arms, 31, seed, 48)
+
+    def plan(lane):
+        out = []
+        for needle in needles:  # cold, then hit whole, alone
+            lane.flush()
+            out += lane.alone([dataclasses.replace(needle, run="alone", role="reference"),
+                               dataclasses.replace(needle, run="whole-alone")])
+        for needle in needles:  # the null control: cold again
+            lane.flush()
+            out += lane.alone([dataclasses.replace(needle, run="again", role="null")])
+        lane.flush()  # (a) warm
+        out += lane.alone([Item("system", "warm", "corunner", harness.request(system, 8, 0.0, 150))])
+        out += _among(lane, needles, crowd(180), "warm")
+        out += _among(lane, needles, crowd(181), "whole")  # (b) each finds its own grid chunks and tail
+        for k, needle in enumerate(needles):
+            lane.flush()  # (c) a prompt sharing the first grid chunk (and more, off the grid)
+            out += lane.alone([Item("partial", f"partial{k}", "corunner", harness.request(partial, 8, 0.0, 151))])
+            out += _among(lane, [needle], crowd(182 + k), "partial")
+        for k, needle in enumerate(needles):
+            out += _flood(arms, lane, 200 + 100 * k)  # (d) everything cached before evicted
+            out += _among(lane, [needle], crowd(186 + k), "evicted")
+        lane.flush()  # (e) the group
+        out += lane.alone([dataclasses.replace(group, run="alone", role="reference")])
+        lane.flush()
+        out += lane.alone([dataclasses.replace(group, run="again", role="null")])
+        lane.flush()
+        out += _among(lane, [group], crowd(190), "group")
+        out += _among(lane, [group], crowd(191), "group-warm")
+        return out
+
+    held = {"warm": (SYSTEM_TOKENS, SYSTEM_TOKENS), "partial": (len(partial), GRID + PARTIAL_EXTRA)}
+
+    def predicted(s: evidence.Sent) -> int:
+        """The hit the rules give ``s``: the cache it met held its own prompt (a repeat, or any sample of the
+        group), the system prompt, the partial-hit prompt, or nothing (cold, or evicted)."""
+        same = s.key.startswith("group#") or s.run in ("whole-alone", "whole")
+        length, shared = (s.prompt_tokens, s.prompt_tokens) if same else held.get(s.run, (0, 0))
+        return prefix_hits.predicted(s.prompt_tokens, length, shared, s.logprob_start_len)
+
+    def hits_as_predicted(arm, sents, row):
+        if arm != "corun-prefix":
+            return []  # SGLang's own hits: every request row carries them
+        return [f"{s.key} {s.run}: {s.generation.cached_tokens} cached tokens, the rules give {predicted(s)}"
+                for s in sents if s.role in ("reference", "null", "compared") and s.generation is not None
+                and s.generation.cached_tokens != predicted(s)]
+
+    _across_arms(arms, "s", plan, check=hits_as_predicted)

@@ -223,6 +223,26 @@ def test_the_memory_budget_goes_to_the_probes_but_does_not_name_the_calibration(
     assert keyed == ["--tp-size", "2"]
 
 
+def test_the_prefix_cache_names_no_calibration_but_the_grid_size_it_needs_does():
+    """``--corun-prefix-cache`` is one of corun's own options, so it names no calibration; but it refuses any
+    ``--chunked-prefill-size`` but its grid, and that size does: the suite's ``corun-prefix`` arm (1,024 where
+    the other arms pass 2,048) calibrates under a key of its own, which a ``calibrate-*-prefix`` chunk makes."""
+    from corun_sglang.core.prefix_cache import GRID
+    from corun_sglang.serving.server_args import _sglang_defaults
+
+    defaults = _sglang_defaults()
+
+    def keyed(**options):
+        return calibration.flags(types.SimpleNamespace(**{**defaults, **options}), defaults,
+                                 calibration.MEMORY_OPTIONS)
+
+    suite = {"attention_backend": "flashinfer", "load_snapshot_publish_interval": 1}
+    assert keyed(**suite, chunked_prefill_size=2048, corun_prefix_cache=True) == keyed(**suite,
+                                                                                     chunked_prefill_size=2048)
+    assert keyed(**suite, chunked_prefill_size=GRID) != keyed(**suite, chunked_prefill_size=2048)
+    assert "--chunked-prefill-size" in keyed(**suite, chunked_prefill_size=GRID)
+
+
 @pytest.mark.parametrize("budget", [calibration.BUDGET, 0.4, 0.9])
 def test_the_candidate_servers_split_the_serving_memory_budget_the_tiers_server_the_larger_part(budget):
     """The pack server's fraction applies to what the tiers server left free: on a GPU with 1 free, the

@@ -56,6 +56,22 @@ def test_cache_hits_are_summed_so_a_prefix_cache_cannot_hide():
     assert got.row["cached_tokens"] == 5
 
 
+def test_each_request_row_carries_its_hit_and_the_row_counts_hits_per_role():
+    sends = [sent("k", "alone", "reference", prompt_tokens=2600),
+             sent("k", "again", "null", prompt_tokens=2600),
+             sent("k", "warm", "compared", gen(cached=2048), prompt_tokens=2600, logprob_start_len=2500),
+             sent("k", "whole", "compared", gen(cached=2599), prompt_tokens=2600),
+             sent("f", "warm", "corunner", gen(cached=1024), prompt_tokens=1500),
+             sent("x", "warm", "aborted", None)]
+    got = judge("shape", "corun-prefix", "s", sends, None)
+    rows = {r["run"]: r for r in got.requests}
+    assert [rows[r]["cached_tokens"] for r in ("alone", "again", "warm", "whole")] == [0, 0, 2048, 2599]
+    assert rows["warm"]["prompt_tokens"] == 2600 and rows["warm"]["logprob_start_len"] == 2500
+    assert "logprob_start_len" not in rows["whole"]  # asked for no prompt logprobs
+    assert got.row["cached_by_role"] == {"reference": 0, "null": 0, "compared": 4647, "corunner": 1024, "aborted": 0}
+    assert got.row["cached_tokens"] == 4647 + 1024
+
+
 def test_overlap_keeps_the_worst_margin_and_fails_below_the_intended_count():
     seen = {"a": Overlap(10, 40, 1), "b": Overlap(10, 70, 1)}
     sends = [sent("k", "alone", "reference"), sent("k", "a", "compared", intended=32),

@@ -10,6 +10,8 @@ Invariants (each a pass-through without ``--corun-prefix-cache``):
 - a request holds the tree path of its hit (SGLang's lock) and its tail (``TailStore.acquire``) from its
   admission to its end; a tail in use is never evicted; store tails count as the tree's evictable tokens
   while unused and as its protected tokens while used, so SGLang's pool accounting stays whole;
+- the store is emptied with the tree (SGLang's ``reset``, which ``/flush_cache`` calls before it empties the
+  KV pool), so no tail outlives the slots it points at;
 - a request's ``cache_protected_len`` covers the KV it does not own (its tree path, and a stored tail), which
   full-sequence admission counts once for all who share it (``shared_tokens``), never in a request's own.
 What each request holds lives in ``_held``, never on the request.
@@ -193,6 +195,14 @@ def evict(original, self, params, *args, **kwargs):
     rest = original(self, dataclasses.replace(params, num_tokens=max(params.num_tokens - freed, 0)), *args, **kwargs)
     rest.num_tokens_evicted += freed
     return rest
+
+
+def reset(original, self, *args, **kwargs):
+    """SGLang empties the tree (``/flush_cache``, at idle, just before it empties the KV pool): the stored tails
+    go with it, so none is served or counted from slots the pool hands out again."""
+    if grid() is not None:
+        store(self).clear()
+    return original(self, *args, **kwargs)
 
 
 def evictable_size(original, self, *args, **kwargs):

@@ -174,6 +174,13 @@ class Sim:
             end = min(b for b in pc.boundaries(prompt) if b > p)
             assert read[p] == (digests[p], start, end), (req.rid, p)
 
+    def flush(self):
+        """SGLang's ``/flush_cache`` at idle: the tree reset, then the request and KV pools emptied."""
+        assert not self.waiting and not self.running.reqs and self.chunked is None
+        self.tree.reset()
+        self.r2t.clear()
+        self.alloc.clear()
+
     def pool_whole(self):
         """SGLang's own invariant at idle: free + evictable + protected is the pool."""
         return self.alloc.available_size() + self.tree.evictable_size() + self.tree.protected_size() == self.alloc.size
@@ -314,3 +321,48 @@ def test_negative_control_sglangs_own_hits_read_kv_the_cold_run_computes_otherwi
     warm = next(r for r in sim.done if r.rid == "warm")
     with pytest.raises(AssertionError):
         sim.check_bits(warm)
+
+
+def _cold_then_flush(sim, prompt):
+    """A prompt served cold (its tail stored), then SGLang's flush; whether the pool is whole after it."""
+    sim.submit("cold", prompt)
+    sim.run()
+    sim.flush()
+    return sim.pool_whole()
+
+
+def _again(sim, prompt):
+    """Other prompts that take the slots the emptied pool hands out again, then the prompt cold and warm."""
+    rng = random.Random(8)
+    for i in range(6):
+        sim.submit(f"other{i}", _prompt(rng, G + 700))
+    sim.run()
+    sim.submit("cold-again", prompt)
+    sim.run()
+    sim.submit("warm-again", prompt)
+    sim.run()
+    return {r.rid: r for r in sim.done}
+
+
+def test_a_flush_empties_the_tail_store_with_the_tree(prefix_args):
+    prefix_args()
+    sim = Sim(pool=6_000)
+    prompt = _prompt(random.Random(7), G + 500)
+    assert _cold_then_flush(sim, prompt) and len(prefix.store(sim.tree)) == 0
+    by = _again(sim, prompt)
+    assert sim.chunks["warm-again"] == [(len(prompt) - 1, len(prompt))]  # its own tail, stored after the flush
+    for req in by.values():
+        sim.check_bits(req)
+    assert sim.pool_whole()
+
+
+def test_negative_control_a_store_kept_through_the_flush_hands_out_slots_twice(prefix_args, monkeypatch):
+    """The same run with the store kept: its tail counts as evictable KV that the emptied pool also counts as
+    free, and evicting it frees slots that running requests were given again."""
+    prefix_args()
+    monkeypatch.setattr(pc.TailStore, "clear", lambda self: [])
+    sim = Sim(pool=6_000)
+    prompt = _prompt(random.Random(7), G + 500)
+    assert not _cold_then_flush(sim, prompt)
+    with pytest.raises(AssertionError, match="prompt KV changed while it ran"):
+        _again(sim, prompt)

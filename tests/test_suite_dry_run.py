@@ -1,0 +1,286 @@
+"""``tests/gpu/test_suite.py``'s prefix-cache evidence on the CPU: scenario s and the cache checks of the other
+scenarios, run whole against stand-in servers, their rows recounted by ``scripts/determinism_report.py``.
+
+A stand-in answers ``/generate``, ``/flush_cache``, ``/server_info`` and ``/v1/loads`` as SGLang does, over a
+prefix cache of one of these kinds (``StandIn``):
+
+- ``rules``: the hits ``--corun-prefix-cache`` serves (``prefix_cache``: grid chunks, and a stored tail for a
+  prompt whose first L - 1 tokens are the same), least recently used evicted past its pool; outputs a function
+  of the request alone: what the GPU runs must show;
+- ``sglang``: SGLang's own hits (the longest cached prefix of any prompt and output), outputs that change with
+  the hit: what stock SGLang showed on GPUs (docs/results/prefix_grid.md);
+- ``drift`` (the rules' hits, outputs that change with the hit), ``any-hit`` (SGLang's hits, outputs that do
+  not), ``no-flush`` (the rules, a flush that empties nothing): broken caches the scenario must catch.
+
+No GPU and no model: this proves the scenario's plumbing (what it sends, in which cache state, what it predicts
+and counts), not SGLang's bits.
+"""
+
+import hashlib
+import importlib.util
+import json
+import multiprocessing
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from corun_sglang.core import prefix_cache as pc
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "gpu"))
+import test_suite as suite  # noqa: E402  (tests/gpu is no package: its modules import each other by name)
+
+spec = importlib.util.spec_from_file_location("determinism_report", ROOT / "scripts" / "determinism_report.py")
+report = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(report)
+
+POOL = 40_000
+VOCAB = 32_000
+
+
+def _h(*parts) -> int:
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little")
+
+
+class Cache:
+    """A prefix cache of ``kind``: entries (token tuples, LRU-stamped) holding at most ``pool`` tokens."""
+
+    def __init__(self, kind: str, pool: int):
+        self.kind, self.pool = kind, pool
+        self.entries: dict[tuple, list] = {}  # tokens -> [stamp, KV tokens it holds, kind: "chunk" | "tail" | "seq"]
+        self.clock = 0
+
+    def _touch(self, key):
+        self.clock += 1
+        self.entries[key][0] = self.clock
+
+    def flush(self) -> None:
+        if self.kind != "no-flush":
+            self.entries.clear()
+
+    def hit(self, tokens: tuple, cap: int) -> int:
+        if self.kind in ("sglang", "any-hit"):
+            best = 0
+            for key in self.entries:
+                common = next((i for i, (a, b) in enumerate(zip(key, tokens)) if a != b), min(len(key), len(tokens)))
+                if common > best:
+                    best, used = common, key
+            if best:
+                self._touch(used)
+            return min(best, cap)
+        chunks = 0
+        while (chunks + 1) * pc.GRID <= len(tokens) and tokens[:(chunks + 1) * pc.GRID] in self.entries:
+            chunks += 1
+            self._touch(tokens[:chunks * pc.GRID])
+        hit = pc.grid_hit(chunks * pc.GRID, len(tokens), cap)
+        tail = tokens[:len(tokens) - 1]
+        if pc.tail_usable(len(tokens), hit, cap) and self.entries.get(tail, [0, 0, ""])[2] == "tail":
+            self._touch(tail)
+            return len(tokens) - 1
+        return hit
+
+    def keep(self, tokens: tuple, output: tuple) -> None:
+        """What a finished request leaves in the cache."""
+        if self.kind in ("sglang", "any-hit"):
+            self._add(tokens + output, len(tokens) + len(output), "seq")
+        else:
+            edge = pc.frontier(len(tokens))
+            for end in range(pc.GRID, edge + 1, pc.GRID):
+                self._add(tokens[:end], pc.GRID, "chunk")
+            if len(tokens) - 1 > edge:
+                self._add(tokens[:len(tokens) - 1], len(tokens) - 1 - edge, "tail")
+        while sum(e[1] for e in self.entries.values()) > self.pool:
+            del self.entries[min(self.entries, key=lambda k: self.entries[k][0])]
+
+    def _add(self, key, size, kind):
+        self.entries.setdefault(key, [0, size, kind])
+        self._touch(key)
+
+
+def _serve(kind: str, pool: int, ready) -> None:
+    """A stand-in SGLang server over a ``Cache`` of ``kind``, in a process of its own (so the test's client threads
+    and load probe do not wait on its work): it sends its port through ``ready`` and serves until killed."""
+    cache, lock = Cache(kind, pool), threading.Lock()
+    running, arrived = [0], [0.0]
+
+    def generate(body: dict) -> list[dict] | dict:
+        with lock:
+            arrived[0] = time.monotonic()
+            running[0] += 1
+        try:  # a request runs from its arrival; a burst of arrivals starts decoding together, as one batch
+            while time.monotonic() - arrived[0] < 0.2:  # long enough for a loaded client to send a whole crowd
+                time.sleep(0.01)
+            return batch(body)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    def batch(body: dict) -> list[dict] | dict:
+        params = body["sampling_params"]
+        tokens = tuple(body["input_ids"])
+        start = body.get("logprob_start_len")
+        cap = len(tokens) - 1 if start is None or start < 0 else min(len(tokens) - 1, start)
+        n = params.get("n", 1)
+        if n > 1:  # SGLang prefills a group's prompt in a request of its own, then sends the samples
+            one(tokens, {**params, "max_new_tokens": 0}, cap, None, 0)
+        return [one(tokens, params, cap, start, i) for i in range(n)] if n > 1 else one(tokens, params, cap, start, 0)
+
+    def one(tokens, params, cap, start, sample):
+        with lock:
+            hit = cache.hit(tokens, cap)
+        steps = params["max_new_tokens"]
+        for _ in range(steps + 1):  # a step takes longer the more requests run, as a batch on a GPU does
+            time.sleep(0.001 * (1 + running[0] / 8))
+        salt = hit if kind in ("sglang", "drift") else 0
+        seed = params.get("sampling_seed") if params.get("temperature") else None
+        digest = hash(tokens)
+        out = [_h(digest, seed, sample, i, salt) % VOCAB for i in range(steps)]
+        logprobs = [-(_h(digest, seed, sample, i, salt, "lp") % 4096) / 1024 for i in range(steps)]
+        prompt, acc = None if start is None else [], salt
+        for p, t in enumerate(tokens if start is not None else ()):  # each position's from its prefix
+            acc = hash((acc, t))
+            if p >= start:
+                prompt.append([None if p == 0 else -(acc % 4096) / 1024, t, None])
+        with lock:
+            cache.keep(tokens, tuple(out))
+        return {"output_ids": out, "meta_info": {
+            "output_token_logprobs": [[lp, t, None] for lp, t in zip(logprobs, out)],
+            **({"input_token_logprobs": prompt} if prompt is not None else {}),
+            "finish_reason": {"type": "length"}, "cached_tokens": hit, "prompt_tokens": len(tokens)}}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def _send(self, status: int, data: bytes = b""):
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path.startswith("/v1/loads"):
+                got = {"loads": [{"num_running_reqs": running[0], "num_waiting_reqs": 0}]}
+            elif self.path == "/server_info":
+                got = {"max_running_requests": 256, "max_total_num_tokens": pool, "disable_radix_cache": False}
+            else:
+                return self._send(404)
+            self._send(200, json.dumps(got).encode())
+
+        def do_POST(self):
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path == "/flush_cache":
+                with lock:
+                    idle = running[0] == 0
+                    if idle:
+                        cache.flush()
+                return self._send(200 if idle else 400)
+            self._send(200, json.dumps(generate(json.loads(raw))).encode())
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 256  # a crowd connects at once
+
+    httpd = Server(("127.0.0.1", 0), Handler)
+    ready.send(httpd.server_address[1])
+    httpd.serve_forever()
+
+
+class StandIn:
+    """``_serve``'s server on a free port, as ``launch.Server`` hands a server to the suite: ``url``, ``stop()``."""
+
+    def __init__(self, kind: str, pool: int = POOL):
+        context = multiprocessing.get_context("fork")
+        here, there = context.Pipe()
+        self.process = context.Process(target=_serve, args=(kind, pool, there), daemon=True)
+        self.process.start()
+        if not here.poll(30):
+            raise RuntimeError("the stand-in server did not start")
+        self.url = f"http://127.0.0.1:{here.recv()}"
+
+    def stop(self):
+        self.process.kill()
+        self.process.join(10)
+
+
+@pytest.fixture
+def standins(tmp_path, monkeypatch):
+    """``start({arm: kind})``: a stand-in per arm, as the suite's ``arms`` fixture hands them to a scenario; the
+    rows go to ``tmp_path`` (``CORUN_RESULTS``)."""
+    monkeypatch.setenv("CORUN_RESULTS", str(tmp_path))
+    started = []
+
+    def start(kinds: dict) -> "suite.Arms":
+        servers = {arm: StandIn(kind) for arm, kind in kinds.items()}
+        started.extend(servers.values())
+        return suite.Arms("standin", servers, VOCAB, {a: 256 for a in servers}, pool={a: POOL for a in servers})
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+def _rows(folder: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (folder / name).read_text().splitlines()]
+
+
+def test_scenario_s_holds_on_the_rules_and_its_negative_control_diverges(standins, tmp_path):
+    arms = standins({"corun-prefix": "rules", "default-radix": "sglang"})
+    suite.test_s_prefix_cache_hits_give_the_cold_runs_bits(arms)
+    requests, rows = _rows(tmp_path, "requests.jsonl"), _rows(tmp_path, "suite.jsonl")
+    hits = {(r["arm"], r["key"], r["run"]): r["cached_tokens"] for r in requests}
+    needle = next(r["prompt_tokens"] for r in requests if r["key"] == "needle0")
+    g = pc.GRID
+    assert [hits[("corun-prefix", "needle0", run)] for run in
+            ("alone", "again", "whole-alone", "warm", "whole", "evicted", "partial")] == [0, 0, needle - 1, 2 * g,
+                                                                                          needle - 1, 0, g]
+    assert hits[("corun-prefix", "needle3", "whole")] == 2 * g  # prompt logprobs from its question on
+    assert {hits[("corun-prefix", f"group#{i}", run)] for i in range(4) for run in ("alone", "again", "group")} == {
+        needle - 1}
+    # SGLang's own hits, recorded: off the grid, the whole system prompt, and what the partial prompt shares
+    assert hits[("default-radix", "needle0", "warm")] == suite.SYSTEM_TOKENS
+    assert hits[("default-radix", "needle0", "partial")] == g + suite.PARTIAL_EXTRA
+    by = {r["arm"]: r for r in rows}
+    assert by["corun-prefix"]["divergent"] == 0 and by["default-radix"]["divergent"] > 0
+    assert by["corun-prefix"]["cached_by_role"]["reference"] == 4 * (needle - 1)  # the group's samples alone
+    assert by["corun-prefix"]["null_divergent"] == 0 and by["default-radix"]["null_divergent"] == 0
+    summary = report.recompute(requests, rows)
+    assert summary["problems"] == []
+    checks = report.checks(summary)
+    assert "corun-prefix: 0 divergent of " in checks[0] and checks[0].endswith("holds")
+    assert any(c.startswith("standin, default SGLang with its radix cache diverges in s: s ") and c.endswith(": holds")
+               for c in checks)
+
+
+@pytest.mark.parametrize("kind, found", [
+    ("drift", ["diverged in"]),  # hits the rules serve, bits that change with them
+    ("any-hit", ["a hit the prefix cache never serves", "cached tokens, the rules give"]),  # hits off the grid
+    ("no-flush", ["needle1 alone: 2048 cached tokens, the rules give 0"]),  # references that are not cold
+])
+def test_scenario_s_fails_a_broken_cache(standins, kind, found):
+    arms = standins({"corun-prefix": kind})
+    with pytest.raises(AssertionError) as failed:
+        suite.test_s_prefix_cache_hits_give_the_cold_runs_bits(arms)
+    assert all(f in str(failed.value) for f in found), str(failed.value)[:2000]
+
+
+def test_another_scenario_allows_the_rules_hits_on_the_prefix_arm_and_no_hit_elsewhere(standins, tmp_path):
+    suite.test_g_parallel_samples_reproducible_and_distinct(standins({"corun-prefix": "rules"}))
+    (row,) = _rows(tmp_path, "suite.jsonl")  # a group's samples find its prompt whole, the reference's too
+    assert row["divergent"] == 0 and row["cached_by_role"]["reference"] > 0 and row["cached_by_role"]["compared"] > 0
+    with pytest.raises(AssertionError, match="prompt tokens came from a prefix cache"):
+        suite.test_g_parallel_samples_reproducible_and_distinct(standins({"corun": "rules"}))
+
+
+def test_an_arm_runs_only_its_scenarios_and_the_prefix_arm_serves_its_grid():
+    assert suite.runs("corun-prefix", "a") and suite.runs("corun-prefix", "s") and suite.runs("default-radix", "s")
+    assert not suite.runs("default-radix", "a") and not suite.runs("corun", "s") and not suite.runs("default", "s")
+    args = suite.server_args("corun-prefix")
+    assert args[args.index("--chunked-prefill-size") + 1] == str(pc.GRID)
+    assert suite.server_args("corun") == suite.SERVER_ARGS and "2048" in suite.SERVER_ARGS
