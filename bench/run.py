@@ -71,6 +71,8 @@ ARMS = {
     "CoRun-tiers-pack-wait": ["--corun", "--corun-prefill-pack-wait", "32"],
     # CoRun with a decode graph's padding rows routed through the MoE experts (the plain arm skips them)
     "CoRun-moecompute": ["--corun", "--corun-moe-padding", "compute"],
+    # CoRun whose parallel GEMMs run as 2 fixed shards: the same bits at TP 1 and TP 2 (--corun-tp-invariant)
+    "CoRun-tp2shards": ["--corun", "--corun-tp-invariant", "2"],
     # ablations (``--arms STD,SplitKV-off,SplitKV-off+IsoPrefill,CoRun``)
     "SplitKV-off": ["--corun-ablation", "splitkv-off"],
     "SplitKV-off+IsoPrefill": ["--corun-ablation", "splitkv-off+isolated-prefill"],

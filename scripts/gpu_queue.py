@@ -64,6 +64,9 @@ STAGE, SITE = "/tmp/stage", "/tmp/site"
 CHUNKS, CACHE = Path("/tmp/chunks"), Path("/tmp/corun-cache")
 RUNTIME_PATHS = ("corun_sglang", "patches")
 NEEDS = ("smollm2", "fa3", "router")
+#: What a chunk runs on: "any" one H100 or H200, "h200" one H200 (139 GiB), "x2" two GPUs of one host
+#: (nvidia-h100-x2 or nvidia-h200-x2).
+GPUS = ("any", "h200", "x2")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +94,8 @@ def load(path: Path = QUEUE) -> list[Chunk]:
         if unknown:
             raise ValueError(f"chunk {entry.get('id')}: unknown keys {sorted(unknown)}")
         chunk = Chunk(**{**entry, "needs": tuple(entry.get("needs", ()))})
-        if chunk.evidence not in ("runtime", "stock") or chunk.gpu not in ("any", "h200"):
-            raise ValueError(f"chunk {chunk.id}: evidence must be runtime|stock and gpu any|h200")
+        if chunk.evidence not in ("runtime", "stock") or chunk.gpu not in GPUS:
+            raise ValueError(f"chunk {chunk.id}: evidence must be runtime|stock and gpu {'|'.join(GPUS)}")
         if set(chunk.needs) - set(NEEDS):
             raise ValueError(f"chunk {chunk.id}: needs {sorted(set(chunk.needs) - set(NEEDS))} unknown")
         if chunk.minutes > 8:

@@ -265,6 +265,7 @@ class CorunConfig:
     prefill_pack_verified: bool = False
     prefill_pack_wait: int = 0
     prefix_grid: int | None = None  # --corun-prefix-cache: its prefill grid (prefix_cache.GRID), else None
+    tp_invariant: int | None = None  # --corun-tp-invariant: K, the shards every parallel GEMM runs as
     prefill_graph_sizes: tuple[int, ...] | None = None  # the prefill CUDA graph's token counts, as resolved
     default_max_new_tokens: int | None = None  # --corun-default-max-new-tokens
     measured: tuple[str, ...] = ()  # --corun-measure: refused request parameters served, unverified
@@ -327,6 +328,7 @@ class CorunConfig:
             f"attention={self.attention_backend} (no split-KV decode), "
             f"sampling={self.sampling_backend}, random_seed={self.random_seed}, "
             f"moe_padding={self.moe_padding}, {self._cache()}, mixed_chunk=off, batch_invariant_ops=off"
+            + (f", tp_invariant={self.tp_invariant} shards (UNVERIFIED across TP sizes)" if self.tp_invariant else "")
             + (f", UNVERIFIED request parameters served: {', '.join(self.measured)}" if self.measured else "")
         )
 
@@ -452,6 +454,7 @@ def freeze(args: Any, records: Records, attention_backends: tuple[str, str], sho
         prefill_pack_verified=records.pack_record is not None,
         prefill_pack_wait=records.pack_wait,
         prefix_grid=prefix_grid(args),
+        tp_invariant=getattr(args, "corun_tp_invariant", None),
         prefill_graph_sizes=None if prefill.bs is None else tuple(prefill.bs),
         default_max_new_tokens=getattr(args, "corun_default_max_new_tokens", None),
         measured=tuple(sorted({n.strip() for n in (getattr(args, "corun_measure", None) or "").split(",")

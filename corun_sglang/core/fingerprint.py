@@ -11,8 +11,8 @@ The fields (``fields``):
 - the weights: each TP rank's ``weights.of_model`` digest of its shard, in rank order (every rank of a
   ``--corun`` server runs on one host, so the engine hears from all of them);
 - the resolved configuration (``configuration``): N, the decode tiers, the prefill batch, graph and pack,
-  the chunk size, MoE padding, ``--random-seed``, the default ``max_new_tokens``, and whether each record
-  served was verified.
+  the chunk size, MoE padding, ``--random-seed``, the default ``max_new_tokens``, the shard count of
+  ``--corun-tp-invariant``, and whether each record served was verified.
 
 What turns text into prompt token ids (the tokenizer, a chat template) is not a field: a request's prompt
 token ids are its own (``return_prompt_token_ids`` shows them).
@@ -39,6 +39,7 @@ def configuration(cfg: Any) -> dict[str, Any]:
     return {
         **({} if grid is None else {"prefix cache grid": grid}),
         **({"unverified request parameters": list(cfg.measured)} if getattr(cfg, "measured", ()) else {}),
+        **({"tp invariant shards": cfg.tp_invariant} if getattr(cfg, "tp_invariant", None) else {}),
         "N": cfg.decode_batch_size,
         "decode tiers": list(cfg.decode_tiers),
         "decode tiers verified": cfg.decode_tiers_verified,

@@ -53,6 +53,11 @@ def _prefill_bs_conflict(args: Any, records: "config.Records") -> bool:
                                             for bs in given)
 
 
+def _tp_invariant_unsplittable(args: Any) -> bool:
+    k = getattr(args, "corun_tp_invariant", None)
+    return k is not None and (k < 2 or k % (args.tp_size or 1) != 0)
+
+
 def _decode_sizes_conflict(args: Any, records: "config.Records") -> bool:
     n = config.batch_size(args)
     sizes = config.decode_sizes(args, records)
@@ -155,6 +160,18 @@ REFUSALS: tuple[Refusal, ...] = (
         "only the tensor-parallel sizes whose fixed-order all-reduce has been verified on GPUs "
         f"are served ({sorted(config.TP_SIZES_VERIFIED)})",
         f"use --tp-size {max(config.TP_SIZES_VERIFIED)} or less",
+    ),
+    Refusal(
+        "--corun-tp-invariant",
+        lambda a, r: _tp_invariant_unsplittable(a),
+        "K counts the shards every parallel GEMM runs as: at least 2, and a multiple of the TP size",
+        "give --corun-tp-invariant a multiple of --tp-size, at least 2 (e.g. 2 for TP 1 and 2)",
+    ),
+    Refusal(
+        "--corun-tp-invariant with --quantization",
+        lambda a, r: getattr(a, "corun_tp_invariant", None) is not None and bool(a.quantization),
+        "only unquantized GEMMs are run as shards",
+        "drop --quantization, or --corun-tp-invariant",
     ),
     Refusal(
         "--enable-nccl-nvls / --enable-symm-mem / --enable-mscclpp / --enable-torch-symm-mem / "
@@ -322,6 +339,7 @@ PART_OF_CORUN = (
     (("corun_default_max_new_tokens",), "--corun-default-max-new-tokens", "part of --corun",
      "drop --corun-default-max-new-tokens"),
     (("corun_measure",), "--corun-measure", "part of --corun", "drop --corun-measure"),
+    (("corun_tp_invariant",), "--corun-tp-invariant", "part of --corun", "drop --corun-tp-invariant"),
 )
 
 #: What each of those fields is when not given.

@@ -43,6 +43,9 @@ BLAS_ENV = ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE")
 #: decode tiers record compares one server's decode graphs with each other, every step's input coming
 #: from that server's one prefill path (eager, or its prefill graph), so the prefill graph changes no
 #: verdict; and a served pack needs the prefill graph, which ``config`` requires by itself.
+#: ``--corun`` options that change which GEMMs a layer runs; part of the environment only where set.
+CORUN_NUMERIC_OPTIONS = ("corun_tp_invariant",)
+
 NUMERIC_OPTIONS = (
     # the model, its weights and dtypes
     "json_model_override_args", "model_impl", "load_format", "dtype", "quantization",
@@ -194,6 +197,8 @@ def environment(model_config: Mapping[str, Any], dtype: Any, server_args: Any, g
     return {
         "model": model_digest(model_config),
         **{name: flat(getattr(server_args, name, None)) for name in NUMERIC_OPTIONS},
+        **{name: flat(getattr(server_args, name)) for name in CORUN_NUMERIC_OPTIONS
+           if getattr(server_args, name, None) is not None},
         "dtype": str(dtype),
         "gpu": gpu,
         "cuda": cuda,

@@ -145,6 +145,23 @@ HOOKS: tuple[Hook, ...] = (
         HookType.AROUND,
         "corun_sglang.serving.adapters.moe:fused_moe_filter",
     ),
+    # the same bits at every TP size dividing K (--corun-tp-invariant K): parallel GEMMs as K fixed shards
+    Hook(
+        "sglang.srt.model_executor.model_runner.ModelRunner.load_model",
+        HookType.AFTER,
+        "corun_sglang.serving.adapters.tp:shard_model",
+    ),
+    Hook(
+        "sglang.srt.layers.linear.ColumnParallelLinear.forward",
+        HookType.AROUND,
+        "corun_sglang.serving.adapters.tp:column_forward",
+    ),
+    Hook(
+        "sglang.srt.layers.linear.RowParallelLinear.forward",
+        HookType.AROUND,
+        "corun_sglang.serving.adapters.tp:row_forward",
+    ),
+    # (the LM head's vocabulary shards: prefill:lm_head_rows runs each head GEMM through tp:lm_head)
     # request-bound RNG
     Hook(
         "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.adjusted_from_schedule_batch",

@@ -110,6 +110,14 @@ class CorunServerArgs(SGLangServerArgs):
         "group or n > 1 prefills once). Replaces the prefill pack. Off until the determinism suite verifies it.",
     ] = False
 
+    corun_tp_invariant: A[
+        Optional[int],
+        "With --corun: run every parallel GEMM as K fixed shards (each the shape a rank of a TP-K server "
+        "computes) and sum the K row-parallel partials in one fixed order, so a server at any TP size that "
+        "divides K gives the same tokens and logprobs: a rollout at TP 1 matches a trainer's reference at "
+        "TP 2. Dense unquantized models. Off until the determinism suite verifies it across TP sizes.",
+    ] = None
+
     corun_measure: A[
         Optional[str],
         "For the GPU determinism suite only: with --corun, also serve these refused request parameters "

@@ -4,8 +4,6 @@ A one-process gloo group stands in for the TP group SGLang's ``Sampler``
 needs; samplers come from SGLang's own ``create_sampler``.
 """
 
-import socket
-
 import pytest
 import torch
 
@@ -16,19 +14,9 @@ ALL = 1 << 30
 
 
 @pytest.fixture(scope="module")
-def sglang_sampling(make_args_module):
-    from sglang.srt.distributed import parallel_state as ps
+def sglang_sampling(make_args_module, tp_group):
     from sglang.srt.runtime_context import publish
 
-    if not ps.model_parallel_is_initialized():
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        ps.init_distributed_environment(
-            world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}",
-            local_rank=0, backend="gloo",
-        )
-        ps.initialize_model_parallel(1)
     publish(make_args_module(corun=True), role="scheduler")
     from sglang.srt.layers.sampler import create_sampler
 

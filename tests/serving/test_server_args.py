@@ -305,6 +305,7 @@ def test_without_corun_resolution_is_sglangs_own(sglang_plugins, tiny_model, arg
     assert ours.pop("corun_default_max_new_tokens") is None
     assert ours.pop("corun_calibrate") == "auto" and ours.pop("corun_calibration_dir") is None
     assert ours.pop("corun_prefix_cache") is False and ours.pop("corun_measure") is None
+    assert ours.pop("corun_tp_invariant") is None
     assert ours == theirs
 
 

@@ -18,7 +18,7 @@ import torch
 
 from corun_sglang.core import packing
 from corun_sglang.serving import kernel_probe
-from corun_sglang.serving.adapters import state
+from corun_sglang.serving.adapters import state, tp
 from corun_sglang.core.stops import CorunContractError
 
 
@@ -88,12 +88,12 @@ def _without_split_kv(wrappers):
 
 
 def prefill_plan(original, self, *args, **kwargs):
-    """With a prefill pack, every FlashInfer prefill plan runs without split-KV: a plan's KV split then
-    follows no other request of its batch. A pack whose shortest prompt rests on FA3's fixed query tile
+    """With a prefill pack or ``--corun-tp-invariant``, every FlashInfer prefill plan runs without split-KV: a
+    plan's KV split then follows no other request of its batch, and no count of heads a rank holds. A pack whose shortest prompt rests on FA3's fixed query tile
     (``packing.shortest``) stops the server at a prefill planned on another kernel, whose tile could
     follow the batch."""
     cfg = state.config()
-    if cfg is None or cfg.packing is None:
+    if cfg is None or (cfg.packing is None and cfg.tp_invariant is None):
         return original(self, *args, **kwargs)
     bound = state.bind(original, self, *args, **kwargs)
     wrappers = [w for w in (bound.arguments.get("wrapper_ragged"), bound.arguments.get("wrapper_paged"))
@@ -115,15 +115,17 @@ def prefill_plan(original, self, *args, **kwargs):
 
 def lm_head_rows(original, self, hidden_states, *args, **kwargs):
     """With a prefill pack, the LM head outside a CUDA graph (a prefill's logits) runs on ``packing.head_rows``
-    rows, the states padded with zeros; the logits of the real rows are returned."""
+    rows, the states padded with zeros; the logits of the real rows are returned. Every head GEMM goes
+    through ``tp.lm_head`` (a head laid out in vocabulary shards runs one per shard)."""
+    head = functools.partial(tp.lm_head, original)
     pack = _packing()
     rows = hidden_states.shape[0]
     if pack is None or (hidden_states.is_cuda and torch.cuda.is_current_stream_capturing()):
         # a decode graph's LM head has N rows
-        return original(self, hidden_states, *args, **kwargs)
+        return head(self, hidden_states, *args, **kwargs)
     padded_rows = packing.head_rows(rows, pack[0])
     if padded_rows == rows:
-        return original(self, hidden_states, *args, **kwargs)
+        return head(self, hidden_states, *args, **kwargs)
     padded = hidden_states.new_zeros((padded_rows, *hidden_states.shape[1:]))
     padded[:rows] = hidden_states
-    return original(self, padded, *args, **kwargs)[:rows]
+    return head(self, padded, *args, **kwargs)[:rows]

@@ -1,6 +1,7 @@
 """``adapters.prefill``: packed prefill (graphs from the pack, replay, the eager stop, plans without split-KV,
 LM head rows); plain ``--corun`` without a pack."""
 
+import inspect
 import types
 
 import pytest
@@ -53,18 +54,23 @@ class _Wrapper:
         self.planned.append(kwargs)
 
 
-def test_prefill_plans_run_without_split_kv_under_a_pack(packing_args):
+def _plan_signature():
+    """The signature of SGLang's own ``call_begin_forward``, which ``prefill_plan`` binds its call to."""
     from sglang.srt.layers.attention.flashinfer_backend import FlashInferIndicesUpdaterPrefill
 
     real = FlashInferIndicesUpdaterPrefill.call_begin_forward
     while hasattr(real, "__wrapped__"):
         real = real.__wrapped__
+    return inspect.signature(real)
+
+
+def test_prefill_plans_run_without_split_kv_under_a_pack(packing_args):
 
     def original(self, wrapper_ragged, wrapper_paged, *args, **kwargs):
         wrapper_ragged.begin_forward("qo", "kv")
         wrapper_paged.begin_forward("qo", "kv", fixed_split_size=None)
 
-    original.__signature__ = __import__("inspect").signature(real)
+    original.__signature__ = _plan_signature()
     ragged, paged = _Wrapper(), _Wrapper()
     call = ("updater", ragged, paged, "idx", "lens", 7, "seq", None, "start", "indptr", "qo", True, None)
     packing_args()
@@ -77,20 +83,30 @@ def test_prefill_plans_run_without_split_kv_under_a_pack(packing_args):
     assert ragged.planned[-1] == {} and paged.planned[-1] == {"fixed_split_size": None}
 
 
-def test_a_pack_set_for_fa3_stops_at_a_prefill_planned_on_another_kernel(packing_args, monkeypatch):
-    from sglang.srt.layers.attention.flashinfer_backend import FlashInferIndicesUpdaterPrefill
+def test_prefill_plans_run_without_split_kv_with_tp_invariant_shards(make_args):
+    """No plan follows the count of heads a rank holds: split-KV off, as under a pack."""
+    from sglang.srt.runtime_context import publish
 
-    from corun_sglang.core import packing
-    from corun_sglang.serving import kernel_probe
-
-    real = FlashInferIndicesUpdaterPrefill.call_begin_forward
-    while hasattr(real, "__wrapped__"):
-        real = real.__wrapped__
 
     def original(self, wrapper_ragged, wrapper_paged, *args, **kwargs):
         wrapper_ragged.begin_forward("qo", "kv")
 
-    original.__signature__ = __import__("inspect").signature(real)
+    original.__signature__ = _plan_signature()
+    ragged = _Wrapper()
+    publish(make_args(corun=True, corun_tp_invariant=2), role="scheduler")
+    prefill.prefill_plan(original, "updater", ragged, _Wrapper(), "idx", "lens", 7, "seq", None, "start", "indptr",
+                         "qo", True, None)
+    assert ragged.planned == [{"disable_split_kv": True}]
+
+
+def test_a_pack_set_for_fa3_stops_at_a_prefill_planned_on_another_kernel(packing_args, monkeypatch):
+    from corun_sglang.core import packing
+    from corun_sglang.serving import kernel_probe
+
+    def original(self, wrapper_ragged, wrapper_paged, *args, **kwargs):
+        wrapper_ragged.begin_forward("qo", "kv")
+
+    original.__signature__ = _plan_signature()
 
     def plan(backend, use_ragged=True):
         ragged = _Wrapper()
