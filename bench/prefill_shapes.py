@@ -9,13 +9,14 @@ prompts of a few tokens as one prefill batch holds, which narrows the attention 
 for every prompt of the batch, the needle's too. Every request asks for one new
 token, greedy, with the logprob of every prompt position, so the needle's prefill shows bit for bit
 in its prompt logprobs and its first token. A packing counts only when the server's log shows it
-as one prefill batch of all its requests.
+as one prefill batch of all its requests (``harness.batched``).
 
 Per total, the result says how many distinct needle results the packings gave (1: the prefill of a
 fixed token count is blind to how its tokens are split among requests and where the needle sits)
-and whether they equal the needle alone; each packing's needle result is named by a digest of its
-bits, so results also compare across totals. Rows append to ``--out`` (JSON lines), one per
-arm and needle.
+and whether they equal the needle alone; two results are the same when their logprobs are, bit for
+bit, and their token (``compare.first_divergence``). Each packing's needle result is named by a
+digest of its bits, so results also compare across totals. Rows append to ``--out`` (JSON lines),
+one per arm and needle.
 """
 
 from __future__ import annotations
@@ -25,19 +26,17 @@ import hashlib
 import json
 import random
 import sys
-import time
 from pathlib import Path
 
 from bench import common, run
-from corun_sglang.probes import verify_packing
-from corun_sglang.probes import generate
+from corun_sglang.core.compare import Generation, first_difference, first_divergence
+from corun_sglang.probes import generate, harness
 
 #: Requests per packing at most: well below the server's 256 running requests, so each packing can be
 #: one prefill batch.
 MAX_REQUESTS = 128
 #: Requests of a ``tiny`` packing at most: below the server's 256 running requests.
 TINY_REQUESTS = 240
-PREFILL = verify_packing.PREFILL_LOG  # SGLang's log line for a prefill batch
 
 
 def split(rnd: random.Random, total: int, kind: str, unit: int) -> list[int]:
@@ -89,21 +88,25 @@ def digest(result: dict) -> str:
     return hashlib.sha256(json.dumps(result).encode()).hexdigest()[:12]
 
 
+def _generation(result: dict) -> Generation:
+    return Generation.of([result["token"]], [result["token_logprob"]], result["prompt_logprobs"])
+
+
+def same(a: dict, b: dict) -> bool:
+    """Whether two results are the same: their token, and their logprobs bit for bit."""
+    return first_divergence(_generation(a), _generation(b)) is None
+
+
 def probe(url: str, log: Path, needle: list[int], lengths: list[int],
           rnd: random.Random) -> tuple[dict, list, float]:
     """Send one batched request (``-1`` in ``lengths`` marks the needle); the needle's result, the
     prefill batches the server logged for it and the request's wall seconds (an upper bound on the
     prefill's time: it includes the HTTP round trip)."""
     prompts = [needle if n == -1 else generate.token_ids(rnd, n) for n in lengths]
-    seen = len(log.read_text(errors="replace"))
     body = {"input_ids": prompts, "return_logprob": True, "logprob_start_len": 0,
             "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
-    start = time.perf_counter()
-    reply = generate.post(url, body, 600)
-    seconds = time.perf_counter() - start
-    time.sleep(0.5)  # the scheduler's log line follows the reply
-    batches = [(int(a), int(b)) for a, b in PREFILL.findall(log.read_text(errors="replace")[seen:])]
-    return needle_result(reply[lengths.index(-1)]["meta_info"]), batches, seconds
+    got = harness.batched(url, log, body, 600)
+    return needle_result(got.reply[lengths.index(-1)]["meta_info"]), got.batches, got.seconds
 
 
 def study(url: str, log: Path, needle_len: int, totals: list[int], seed: int, tiny: int = 0) -> dict:
@@ -119,8 +122,8 @@ def study(url: str, log: Path, needle_len: int, totals: list[int], seed: int, ti
             got, batches, seconds = probe(url, log, needle, lengths, rnd)
             one_batch = batches == [(len(lengths), total)]
             rows.append({"packing": name, "requests": len(lengths), "batches": batches, "one_batch": one_batch,
-                         "digest": digest(got), "equals_alone": got == alone, "seconds": seconds})
-            if one_batch and got not in distinct:
+                         "digest": digest(got), "equals_alone": same(got, alone), "seconds": seconds})
+            if one_batch and not any(same(got, d) for d in distinct):
                 distinct.append(got)
         counted = [r for r in rows if r["one_batch"]]
         out["totals"][str(total)] = {
@@ -135,8 +138,7 @@ def _first_difference(distinct: list[dict]) -> int | None:
     """The first prompt position where two distinct results differ (None: one result, or only the token)."""
     if len(distinct) < 2:
         return None
-    a, b = distinct[0]["prompt_logprobs"], distinct[1]["prompt_logprobs"]
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    return first_difference(_generation(distinct[0]).prompt_logprobs, _generation(distinct[1]).prompt_logprobs)
 
 
 def main(argv=None) -> int:
@@ -176,8 +178,7 @@ def main(argv=None) -> int:
                 row = {"shape": args.shape, "arm": arm, "needle_len": needle_len, "seed": args.seed + i,
                        "tiny_len": args.tiny_len,
                        "gpu": common.gpu_uuid(), "server_command": server.command, **result}
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                harness.append_rows(Path(args.out), [row])
                 report(args.shape, arm, needle_len, result)
         finally:
             server.stop()

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from corun_sglang.core.compare import Generation, first_divergence
-from corun_sglang.probes import generate
+from corun_sglang.probes import generate, harness
 
 #: Tokens past the grid where an ``off-grid`` prefix ends.
 OFF_GRID = 7
@@ -73,18 +73,13 @@ def _body(prompt: list[int], new_tokens: int) -> dict:
 
 
 def run_case(url: str, case: Case, new_tokens: int) -> dict:
-    import httpx
-
-    def send(prompt):
-        reply = httpx.post(url + "/generate", json=_body(prompt, new_tokens), timeout=600)
-        reply.raise_for_status()
-        return reply.json()
-
-    httpx.post(url + "/flush_cache", timeout=60).raise_for_status()
-    cold = send(list(case.prompt))
-    httpx.post(url + "/flush_cache", timeout=60).raise_for_status()
-    send(case.warm_up())
-    warm = send(list(case.prompt))
+    """The case served cold (an empty cache), then warm (after its warm-up alone), one request in flight."""
+    send = harness.http_sender(url)
+    harness.flush_cache(url)
+    cold = send(_body(list(case.prompt), new_tokens))
+    harness.flush_cache(url)
+    send(_body(case.warm_up(), new_tokens))
+    warm = send(_body(list(case.prompt), new_tokens))
     hit = warm["meta_info"].get("cached_tokens", 0)
     step = first_divergence(Generation.of_reply(cold), Generation.of_reply(warm))
     return {"kind": case.kind, "grid": case.grid, "length": len(case.prompt), "intended_hit": case.prefix,
@@ -94,13 +89,12 @@ def run_case(url: str, case: Case, new_tokens: int) -> dict:
 
 def prefill_ms(url: str, prompt: list[int], repeats: int) -> float:
     """Median time to the first token of ``prompt`` alone, from an empty cache (ms)."""
-    import httpx
-
+    send = harness.http_sender(url)
     times = []
     for _ in range(repeats):
-        httpx.post(url + "/flush_cache", timeout=60).raise_for_status()
+        harness.flush_cache(url)
         start = time.perf_counter()
-        httpx.post(url + "/generate", json=_body(prompt, 1), timeout=600).raise_for_status()
+        send(_body(prompt, 1))
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import hashlib
 import json
 import os
 import random
@@ -47,12 +46,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from corun_sglang.core.compare import Generation, digest, first_divergence
-from corun_sglang.probes import generate
+from corun_sglang.probes import generate, harness
+from corun_sglang.probes.harness import CHAT, GENERATE
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker" / "compose.replicas.yaml"
-GENERATE = "/generate"
-CHAT = "/v1/chat/completions"
 #: The kinds of request, in turn: (route, streamed).
 KINDS = ((GENERATE, False), (GENERATE, True), (CHAT, False), (CHAT, True))
 #: Sampling temperatures, in turn (three, so each kind meets each temperature); 0 is greedy.
@@ -115,22 +113,11 @@ class Outcome:
     error: str | None = None
 
 
-def token_id(text: str) -> int:
-    """A chat reply's token as an integer (63 bits of SHA-256 over its UTF-8): chat logprobs name tokens by
-    their text, ``compare`` wants integers. Two tokens agree iff their texts do (up to collisions)."""
-    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:8], "little") >> 1
-
-
 def ended(finish_reason) -> bool:
     """Whether a reply's ``finish_reason`` (native: a dict with ``type``; OpenAI: a string) says it ended
     as a request does: not absent, not an abort (a replica stopping answers what it holds so)."""
     kind = finish_reason.get("type") if isinstance(finish_reason, dict) else finish_reason
     return kind is not None and kind != "abort"
-
-
-def _chat_steps(choice: dict) -> list[tuple[int, float]]:
-    content = (choice.get("logprobs") or {}).get("content") or []
-    return [(token_id(c["token"]), float(c["logprob"])) for c in content]
 
 
 def generate_outcome(body, status: int = 200) -> Outcome:
@@ -148,10 +135,8 @@ def chat_outcome(body, status: int = 200) -> Outcome:
     if status != 200 or not isinstance(body, dict) or not body.get("choices"):
         return Outcome(None, False, status, error=json.dumps(body)[:500])
     choice = body["choices"][0]
-    steps = _chat_steps(choice)
-    gen = Generation.of([t for t, _ in steps], [x for _, x in steps], finish=choice.get("finish_reason"))
-    return Outcome(gen, ended(choice.get("finish_reason")), status, body.get("system_fingerprint"),
-                   choice.get("sampling_seed"))
+    return Outcome(harness.chat_generation(choice), ended(choice.get("finish_reason")), status,
+                   body.get("system_fingerprint"), choice.get("sampling_seed"))
 
 
 def read_generate_stream(events: Iterable[dict], status: int = 200) -> Outcome:
@@ -186,7 +171,7 @@ def read_chat_stream(events: Iterable[dict], status: int = 200) -> Outcome:
             break
         out.fingerprint = event.get("system_fingerprint", out.fingerprint)
         for choice in event.get("choices") or []:
-            steps += _chat_steps(choice)
+            steps += harness.chat_steps(choice)
             out.sampling_seed = choice.get("sampling_seed", out.sampling_seed)
             out.finished = out.finished or ended(choice.get("finish_reason"))
     if steps or out.finished:
@@ -467,8 +452,7 @@ def one_by_one(router: str, reqs: list[Req], replicas: dict[str, str]) -> list[t
 
 
 def all_at_once(url: str, reqs: list[Req]) -> list[Outcome]:
-    with ThreadPoolExecutor(max(1, len(reqs))) as pool:
-        return list(pool.map(lambda r: send(url, r), reqs))
+    return harness.together(lambda r: send(url, r), reqs)
 
 
 def fingerprint(url: str) -> str | None:

@@ -1,4 +1,5 @@
-"""Shared fixtures: SGLang's plugins loaded once, and a tiny Qwen3 model folder.
+"""Shared fixtures: SGLang's plugins loaded once, a tiny Qwen3 model folder, and local JSON endpoints that
+stand in for a server's routes.
 
 The CPU tier drives the real SGLang 0.5.17 classes. SGLang resolves options
 for an accelerator, so the tests pass ``device="cuda"`` explicitly (nothing
@@ -10,6 +11,8 @@ elsewhere), is set to CUDA's.
 
 import json
 import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -100,3 +103,39 @@ def _maker(server_args_cls, tiny_model):
         return server_args_cls(**kwargs)
 
     return make
+
+
+@pytest.fixture
+def json_server():
+    """Starts local JSON endpoints: ``json_server(answer)`` answers each POST, in a thread of its own, with
+    ``answer(path, body)``'s (status, reply), and returns the server with its ``url`` and its ``posts``
+    (each POST's path and body, in arrival order). Every one started is shut down after the test."""
+    started = []
+
+    def start(answer):
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = json.loads(raw) if raw else None
+                server.posts.append((self.path, body))
+                status, reply = answer(self.path, body)
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.posts = []
+        server.url = f"http://127.0.0.1:{server.server_port}"
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.shutdown()

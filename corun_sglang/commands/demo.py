@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import struct
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
 
-from corun_sglang.core.compare import Generation, first_divergence
-from corun_sglang.probes import generate
+from corun_sglang.core.compare import Generation, first_difference, first_divergence
+from corun_sglang.probes import generate, harness
 
 #: The name the demo's servers serve the model under.
 MODEL = "smollm2"
@@ -97,17 +95,15 @@ def corunners(count: int, max_tokens: int, seed: int = 0) -> list[dict]:
 @dataclasses.dataclass(frozen=True)
 class Answer:
     text: str
-    generation: Generation  # the answer's tokens (as text) and their logprobs
+    generation: Generation  # the answer's tokens (``harness.token_id`` of their text) and their logprobs
 
 
 def answer(reply: dict) -> Answer:
     """The answer of an OpenAI chat completion reply asked with ``logprobs``."""
     choice = reply["choices"][0]
-    steps = (choice.get("logprobs") or {}).get("content")
-    if steps is None:
+    if (choice.get("logprobs") or {}).get("content") is None:
         raise RuntimeError("the server returned no logprobs; the demo needs `logprobs` on chat completions")
-    return Answer(choice["message"]["content"] or "",
-                  Generation(tuple(s["token"] for s in steps), tuple(float(s["logprob"]) for s in steps)))
+    return Answer(choice["message"]["content"] or "", harness.chat_generation(choice))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,60 +124,31 @@ class Row:
         return self.first_divergence is None
 
 
-def _bits(x: float) -> bytes:
-    return struct.pack("<d", x)
-
-
 def compare_case(case: Case, alone: Answer, among: Answer) -> Row:
     a, b = alone.generation, among.generation
     return Row(
         prompt=case.prompt, sampling=case.sampling, text_alone=alone.text, text_among=among.text,
         steps=len(a.tokens), tokens_identical=a.tokens == b.tokens,
-        logprob_bits_identical=len(a.logprobs) == len(b.logprobs)
-        and all(_bits(x) == _bits(y) for x, y in zip(a.logprobs, b.logprobs)),
+        logprob_bits_identical=first_difference(a.logprobs, b.logprobs) is None,
         first_divergence=first_divergence(a, b),
     )
 
 
-Send = Callable[[dict], dict]  # a chat request body -> the reply's JSON
-
-
-def http_sender(url: str, timeout: float = 900) -> Send:
-    import httpx
-
-    def send(body: dict) -> dict:
-        reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=timeout)
-        reply.raise_for_status()
-        return reply.json()
-
-    return send
-
-
-def _quiet(line: str) -> None:
-    pass
-
-
-def run_arm(send: Send, cases: Sequence[Case], concurrency: int, max_tokens: int, seed: int = 0,
-            progress: Callable[[str], None] = _quiet) -> list[Row]:
+def run_arm(send: harness.Send, cases: Sequence[Case], concurrency: int, max_tokens: int, seed: int = 0,
+            progress: Callable[[str], None] = harness.quiet) -> list[Row]:
     """Each case alone, one request in flight; then each among ``concurrency - 1`` co-runners, all sent at
-    once with the case in the middle. One row per case."""
+    once with the case in the middle (``harness.among``). ``send`` takes a chat body and returns the reply's
+    JSON. One row per case."""
     alone = []
     for i, case in enumerate(cases, 1):
         progress(f"prompt {i}/{len(cases)} alone")
         alone.append(answer(send(chat_body(case.prompt, max_tokens, case.temperature, case.seed))))
     rows = []
     others = corunners(concurrency - 1, max_tokens, seed)
-    half = len(others) // 2
     for i, case in enumerate(cases, 1):
         progress(f"prompt {i}/{len(cases)} among {len(others)} co-runners")
         body = chat_body(case.prompt, max_tokens, case.temperature, case.seed)
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            before = [pool.submit(send, b) for b in others[:half]]
-            mine = pool.submit(send, body)
-            after = [pool.submit(send, b) for b in others[half:]]
-            for future in before + after:
-                future.result()
-            rows.append(compare_case(case, alone[i - 1], answer(mine.result())))
+        rows.append(compare_case(case, alone[i - 1], answer(harness.among(send, body, others))))
     return rows
 
 
@@ -272,7 +239,8 @@ def serve_and_run(model: Path, arm: str, cases: Sequence[Case], concurrency: int
     server = Server(str(model), args, log, skip_tokenizer_init=False, static_gb=static_gb)
     progress(f"{ARM_TITLES[arm]}: server ready at {server.url}")
     try:
-        rows = run_arm(http_sender(server.url), cases, concurrency, max_tokens,
+        send = harness.http_sender(server.url, harness.CHAT, timeout=900)
+        rows = run_arm(send, cases, concurrency, max_tokens,
                        progress=lambda line: progress(f"{ARM_TITLES[arm]}: {line}"))
     finally:
         server.stop()

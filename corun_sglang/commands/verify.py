@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from corun_sglang.core.compare import Generation, first_divergence
+from corun_sglang.probes import harness
 from corun_sglang.probes.generate import text_prompts
 
 #: The prompts verify sends: text of seeded words (``tools.generate.text_prompts``).
@@ -112,18 +112,14 @@ def openai_sender(base_url: str, model: str, max_tokens: int, temperature: float
     return send
 
 
-def _concurrently(send: Send, requests: Sequence[Request]) -> list[Reply]:
-    with ThreadPoolExecutor(max_workers=max(1, len(requests))) as pool:
-        return list(pool.map(send, requests))
-
-
 def _distinct(replies: Sequence[Reply]) -> list[str | None]:
     return list(dict.fromkeys(r.fingerprint for r in replies))
 
 
 def run(send: Send, texts: Sequence[str], batch: int, seed: int = 0) -> Audit:
-    """Alone, then concurrent rounds of at least ``batch`` requests; one report per prompt and the
-    fingerprints of each round. ``ValueError`` where ``problems`` finds the run would compare nothing."""
+    """Alone, then concurrent rounds of at least ``batch`` requests, each round's requests all at once
+    (``harness.together``); one report per prompt and the fingerprints of each round. ``ValueError`` where
+    ``problems`` finds the run would compare nothing."""
     found = problems(len(texts), batch)
     if found:
         raise ValueError("; ".join(found))
@@ -139,7 +135,7 @@ def run(send: Send, texts: Sequence[str], batch: int, seed: int = 0) -> Audit:
     rounds["concurrent reversed"] = mixed[::-1]
     results = {}
     for name, order in rounds.items():
-        outs = _concurrently(send, order)
+        outs = harness.together(send, order)
         fingerprints[name] = _distinct(outs)
         by_request = {id(r): g for r, g in zip(order, outs)}
         results[name] = [by_request[id(r)] for r in requests]

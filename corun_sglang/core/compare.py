@@ -76,6 +76,15 @@ def _bits(x: float) -> bytes:
     return struct.pack("<d", x)
 
 
+def first_difference(a: Sequence[float], b: Sequence[float]) -> int | None:
+    """The first index at which two sequences of logprobs differ in bits; None if identical. A length
+    difference counts as a difference at the shorter length."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if _bits(x) != _bits(y):
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
 def first_divergence(a: Generation, b: Generation) -> int | None:
     """The first step at which ``a`` and ``b`` differ in token or logprob bits; None if identical.
 
@@ -83,8 +92,7 @@ def first_divergence(a: Generation, b: Generation) -> int | None:
     length difference counts as a divergence at the shorter length. Outputs whose tokens and logprobs agree
     but whose top-k or chosen-token logprobs differ diverge at the first step where those differ.
     """
-    if len(a.prompt_logprobs) != len(b.prompt_logprobs) or any(
-            _bits(x) != _bits(y) for x, y in zip(a.prompt_logprobs, b.prompt_logprobs)):
+    if first_difference(a.prompt_logprobs, b.prompt_logprobs) is not None:
         return PROMPT
     if _steps_differ(a.prompt_top_logprobs, b.prompt_top_logprobs) is not None:
         return PROMPT

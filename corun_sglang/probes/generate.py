@@ -1,4 +1,4 @@
-"""Requests for SGLang's native ``/generate``: seeded prompts, and the POST that returns a reply.
+"""Seeded prompts for the requests the probes, tests and benchmarks send (``harness`` sends them).
 
 A prompt is a function of its seed alone. Token-id prompts draw each id uniformly from
 [``FIRST_TOKEN``, vocab) with ``random.Random``; text prompts draw words of ``WORDS``; where a length
@@ -6,20 +6,11 @@ is drawn, it is log-uniform between two bounds and drawn before the prompt's ids
 one ``random.Random`` across prompts (and their own draws) pass it to ``token_ids``; the draws, and so
 the prompts, are the same for the same seed and calls on every host and Python version that keeps
 ``random.Random``'s sequence.
-
-``post`` sends one body (one request, or a batch: a list of prompts) and returns SGLang's reply as
-JSON; ``generation`` reads the output tokens and their logprobs of a reply asked with
-``return_logprob``. A reply other than 2xx raises ``httpx.HTTPStatusError``.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Any
-
-import httpx
-
-from corun_sglang.core.compare import Generation
 
 #: Token ids drawn for prompts stay in [FIRST_TOKEN, vocab): clear of the special ids at the bottom.
 FIRST_TOKEN = 100
@@ -62,15 +53,3 @@ def text_prompts(count: int, seed: int = 0, low: int = 8, high: int = 400) -> li
     """``count`` text prompts of log-uniform lengths in [low, high] words of ``WORDS``, from ``seed``."""
     rnd = random.Random(seed)
     return [" ".join(rnd.choice(WORDS) for _ in range(log_uniform(rnd, low, high))) for _ in range(count)]
-
-
-def post(url: str, body: dict, timeout: float = 600) -> Any:
-    """POST ``body`` to ``url``'s ``/generate``; the reply's JSON (a list for a batched body)."""
-    reply = httpx.post(url + "/generate", json=body, timeout=timeout)
-    reply.raise_for_status()
-    return reply.json()
-
-
-def generation(url: str, body: dict, timeout: float = 600) -> Generation:
-    """The output tokens and logprobs of one request sent with ``return_logprob``."""
-    return Generation.of_reply(post(url, body, timeout))

@@ -19,19 +19,14 @@ from __future__ import annotations
 
 import json
 import random
-import re
-import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from corun_sglang.core.packing import PackingError
 from corun_sglang.records import pack_record
 from corun_sglang.core.compare import Generation, first_divergence
-from corun_sglang.probes import generate
+from corun_sglang.probes import generate, harness
 from corun_sglang.probes.verify_tiers import model_vocab
-
-#: SGLang's log line for a prefill batch: its requests and new tokens.
-PREFILL_LOG = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+)")
 
 #: Co-runners per packing at most.
 MAX_CORUNNERS = 63
@@ -73,29 +68,22 @@ def generation(meta: Mapping) -> Generation:
     return Generation.of([s[1] for s in steps], [s[0] for s in steps])
 
 
-def http_sender(url: str, log: Path, new_tokens: int = 4, timeout: float = 600) -> Sender:
-    """Send one batched ``/generate`` call, the needle asking for the logprob of every prompt position and
-    the co-runners for none (so the rows a prefill's LM head computes vary with the co-runners); read the
-    prefill batches the server logged for it."""
+def sender(url: str, log: Path, new_tokens: int = 4, timeout: float = 600) -> Sender:
+    """The probe's ``Sender`` over HTTP: one batched ``/generate`` call (``harness.batched``), the needle
+    asking for the logprob of every prompt position and the co-runners for none (so the rows a prefill's LM
+    head computes vary with the co-runners), and the prefill batches the server logged in ``log`` for it."""
     def send(prompts: list[list[int]], needle: int) -> tuple[Generation, list[tuple[int, int]]]:
-        seen = len(log.read_text(errors="replace"))
         body = {"input_ids": prompts, "return_logprob": [i == needle for i in range(len(prompts))],
                 "logprob_start_len": [0 if i == needle else -1 for i in range(len(prompts))],
                 "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}}
-        reply = generate.post(url, body, timeout)
-        time.sleep(0.5)  # the scheduler's log line follows the reply
-        batches = [(int(a), int(b)) for a, b in PREFILL_LOG.findall(log.read_text(errors="replace")[seen:])]
-        return generation(reply[needle]["meta_info"]), batches
+        got = harness.batched(url, log, body, timeout)
+        return generation(got.reply[needle]["meta_info"]), got.batches
 
     return send
 
 
-def _quiet(line: str) -> None:
-    pass
-
-
 def probe(send: Sender, pack: int, least: int, vocab: int, needles: int = 4, seed: int = 0,
-          progress: Callable[[str], None] = _quiet) -> dict[int, dict]:
+          progress: Callable[[str], None] = harness.quiet) -> dict[int, dict]:
     """Per needle length: its packings that counted, and those whose needle differs from it alone
     (name -> first differing position). ``progress`` gets a line as each needle starts and as each of its
     packings is checked, with the outcome."""
@@ -144,7 +132,8 @@ def model_heads(model_path: str) -> tuple[int, int]:
 
 
 def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequence[str] = (), needles: int = 4,
-           seed: int = 0, static_gb: float | None = None, progress: Callable[[str], None] = _quiet) -> pack_record.Record:
+           seed: int = 0, static_gb: float | None = None,
+           progress: Callable[[str], None] = harness.quiet) -> pack_record.Record:
     """Start a candidate server, probe it, write the record to ``out`` and return it; ``PackingError``
     (no record written) when the pack does not verify. ``progress`` gets a line as the server starts and as
     the probe goes (``probe``)."""
@@ -159,7 +148,7 @@ def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequen
     try:
         environment = environment.environment_from_log(server.log_text())
         least = pack_record.candidate_from_log(server.log_text())["shortest"]
-        found = probe(http_sender(server.url, log), pack, least, vocab, needles=needles, seed=seed,
+        found = probe(sender(server.url, log), pack, least, vocab, needles=needles, seed=seed,
                       progress=progress)
     finally:
         server.stop()

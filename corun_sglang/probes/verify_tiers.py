@@ -19,14 +19,12 @@ from __future__ import annotations
 import json
 import random
 import re
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from corun_sglang.core import policy
 from corun_sglang.core.compare import Generation, first_divergence
-from corun_sglang.probes import generate
+from corun_sglang.probes import generate, harness
 
 if TYPE_CHECKING:
     from corun_sglang.records.tier_record import Record
@@ -90,51 +88,21 @@ def corunner_tokens(n: int, needle_tokens: int) -> int:
     return needle_tokens + n + 64
 
 
+#: Co-runners and a needle -> the needle's generation among them.
 Sender = Callable[[list[dict], dict], Generation]
 
 
-def http_sender(url: str, timeout: float = 900) -> Sender:
-    """Send co-runners (streamed; each counted once it streams its first chunk), then the needle."""
-    import httpx
+def sender(url: str, timeout: float = 900) -> Sender:
+    """The probe's ``Sender`` over HTTP: the co-runners streamed, then the needle once each of them streams
+    (``harness.once_running``)."""
+    def send(others: list[dict], needle: dict) -> Generation:
+        return Generation.of_reply(harness.once_running(url, others, needle, timeout))
 
-    def run(others: list[dict], needle: dict) -> Generation:
-        started = threading.Semaphore(0)
-        errors: list[str] = []
-
-        def corunner(body: dict) -> None:
-            first = True
-            try:
-                with httpx.Client(timeout=timeout) as client, client.stream("POST", url + "/generate", json=body) as r:
-                    if r.status_code != 200:
-                        errors.append(f"co-runner: HTTP {r.status_code}")
-                    for line in r.iter_lines():
-                        if first and line.startswith("data:"):
-                            first = False
-                            started.release()
-            except httpx.HTTPError as exc:
-                errors.append(f"co-runner: {exc}")
-            finally:
-                if first:
-                    started.release()
-
-        with ThreadPoolExecutor(max_workers=max(1, len(others))) as pool:
-            for body in others:
-                pool.submit(corunner, body)
-            for _ in others:
-                started.acquire()
-            if errors:
-                raise RuntimeError("; ".join(errors[:3]))
-            return generate.generation(url, needle, timeout)
-
-    return run
-
-
-def _quiet(line: str) -> None:
-    pass
+    return send
 
 
 def probe(send: Sender, n: int, candidates: Sequence[int], needle_bodies: Sequence[dict], vocab: int,
-          seed: int = 1, progress: Callable[[str], None] = _quiet) -> dict[int, list[int | None]]:
+          seed: int = 1, progress: Callable[[str], None] = harness.quiet) -> dict[int, list[int | None]]:
     """Per candidate M: for each needle, its first step that differs from its N-slot reference (None: none).
     ``progress`` gets a line as each reference and each candidate starts, and each candidate's outcome."""
     tokens = corunner_tokens(n, max(b["sampling_params"]["max_new_tokens"] for b in needle_bodies))
@@ -171,7 +139,7 @@ def model_vocab(model_path: str, default: int = 32000) -> int:
 
 def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: Path, server_args: Sequence[str] = (),
            needle_count: int = 2, needle_tokens: int = 32, seed: int = 0, static_gb: float | None = None,
-           env: Mapping[str, str] | None = None, progress: Callable[[str], None] = _quiet) -> "Record":
+           env: Mapping[str, str] | None = None, progress: Callable[[str], None] = harness.quiet) -> "Record":
     """Start a candidate server (with ``env`` added to its environment), probe it, write the record to
     ``out``; returns it. ``RuntimeError`` (no record written) where its KV pool cannot hold a reference
     round (``pool_problem``). ``progress`` gets a line as the server starts and as the probe goes (``probe``)."""
@@ -190,7 +158,7 @@ def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: P
         problem = pool_problem(server.log_text(), n, bodies)
         if problem:
             raise RuntimeError(problem)
-        found = probe(http_sender(server.url), n, candidates, bodies, vocab, seed=seed + 1, progress=progress)
+        found = probe(sender(server.url), n, candidates, bodies, vocab, seed=seed + 1, progress=progress)
     finally:
         server.stop()
     passed, rejected = verdict(found)

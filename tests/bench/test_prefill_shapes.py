@@ -1,13 +1,11 @@
 """``bench/prefill_shapes.py``: packings at fixed token counts and what a prefill's bits depend on."""
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from bench import prefill_shapes
+from corun_sglang.probes import harness
 
 
 @pytest.mark.parametrize("total", [256, 1024, 2048])
@@ -46,54 +44,40 @@ def test_tiny_packings_lower_the_mean_prompt_below_any_needles_and_leave_the_oth
     assert tiny["tiny-front"][0] == -1 and tiny["tiny-back"][-1] == -1
 
 
-def test_prefill_shapes_reads_the_prefill_batches_of_sglang_log_lines():
-    log = ("[2026-12-03 08:00:00] Prefill batch, #new-seq: 4, #new-token: 256, #cached-token: 0, "
-           "token usage: 0.00, #running-req: 0, #queue-req: 0, \n"
-           "[2026-12-03 08:00:01] Decode batch, #running-req: 4, #token: 260, \n")
-    assert prefill_shapes.PREFILL.findall(log) == [("4", "256")]
+def test_two_results_are_the_same_only_with_the_same_token_and_logprob_bits():
+    alone = {"prompt_logprobs": [None, -1.5, -0.25], "token": 7, "token_logprob": -0.5}
+    assert prefill_shapes.same(alone, dict(alone, prompt_logprobs=[None, -1.5, -0.25]))
+    assert not prefill_shapes.same(alone, dict(alone, prompt_logprobs=[None, -1.5, -0.25 - 2.0 ** -40]))
+    assert not prefill_shapes.same(dict(alone, token_logprob=0.0), dict(alone, token_logprob=-0.0))  # equal values
+    assert not prefill_shapes.same(alone, dict(alone, token=8))
 
 
-def _prefill_server(log: Path, bits):
-    """A ``/generate`` stand-in that logs one prefill batch per call and gives each prompt the logprobs
-    ``bits(prompt, total tokens of the call, place in the call)``."""
+def _prefill(log: Path, bits):
+    """A ``/generate`` answer (for ``json_server``) that logs one prefill batch per call and gives each prompt
+    the logprobs ``bits(prompt, total tokens of the call, place in the call)``."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
+    def answer(path, body):
+        prompts = body["input_ids"]
+        total = sum(len(p) for p in prompts)
+        with open(log, "a") as f:
+            f.write(f"Prefill batch, #new-seq: {len(prompts)}, #new-token: {total}, #cached-token: 0, \n")
+        return 200, [{"meta_info": {
+            "input_token_logprobs": [[None, p[0], None]] + [[bits(p, total, i), t, None] for t in p[1:]],
+            "output_token_logprobs": [[bits(p, total, i), 7, None]]}} for i, p in enumerate(prompts)]
 
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            prompts = body["input_ids"]
-            total = sum(len(p) for p in prompts)
-            with open(log, "a") as f:
-                f.write(f"Prefill batch, #new-seq: {len(prompts)}, #new-token: {total}, #cached-token: 0, \n")
-            reply = [{"meta_info": {
-                "input_token_logprobs": [[None, p[0], None]] + [[bits(p, total, i), t, None] for t in p[1:]],
-                "output_token_logprobs": [[bits(p, total, i), 7, None]]}} for i, p in enumerate(prompts)]
-            data = json.dumps(reply).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return answer
 
 
 @pytest.mark.parametrize("case", ["blind", "by-total", "by-place"])
-def test_prefill_shapes_tells_a_prefill_blind_to_its_packing_from_one_that_is_not(tmp_path, case, monkeypatch):
-    monkeypatch.setattr(prefill_shapes.time, "sleep", lambda s: None)
+def test_prefill_shapes_tells_a_prefill_blind_to_its_packing_from_one_that_is_not(tmp_path, case, monkeypatch,
+                                                                                  json_server):
+    monkeypatch.setattr(harness.time, "sleep", lambda s: None)
     log = tmp_path / "server.log"
     log.write_text("")
     bits = {"blind": lambda p, total, i: -1.0,
             "by-total": lambda p, total, i: -1.0 - (total >= 256),
             "by-place": lambda p, total, i: -1.0 - (i > 0)}[case]
-    server = _prefill_server(log, bits)
-    try:
-        out = prefill_shapes.study(f"http://127.0.0.1:{server.server_port}", log, 64, [256, 1024], seed=0)
-    finally:
-        server.shutdown()
+    out = prefill_shapes.study(json_server(_prefill(log, bits)).url, log, 64, [256, 1024], seed=0)
     assert out["alone_batches"] == [(1, 64)] and out["alone_seconds"] > 0
     for total in ("256", "1024"):
         t = out["totals"][total]

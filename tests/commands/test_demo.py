@@ -8,11 +8,11 @@ kernels do (every prompt differs at step 0, in the logprob bits only).
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from corun_sglang.commands import cli, demo
+from corun_sglang.probes import harness
 
 
 def test_cases_are_greedy_and_seeded_above_zero_and_default_sglang_gets_them_greedy():
@@ -75,57 +75,44 @@ def test_the_report_sets_the_servers_side_by_side():
     assert record["arms"]["default"]["rows"][1]["first_divergence"] == 1
 
 
-def _chat_server(batch_dependent: bool):
-    """A chat endpoint whose logprobs, when ``batch_dependent``, move by 2**-30 for a request that overlapped
-    another: one that arrived while another was in flight, or saw one arrive. Each request waits (at most
-    1 s) for such a peer, so a request sent among others overlaps them however slowly the threads start."""
+def _chat(batch_dependent: bool):
+    """A chat endpoint's answer (for ``json_server``) whose logprobs, when ``batch_dependent``, move by 2**-30
+    for a request that overlapped another: one that arrived while another was in flight, or saw one arrive.
+    Each request waits (at most 1 s) for such a peer, so a request sent among others overlaps them however
+    slowly the threads start. Its state: the bodies and the most requests in flight at once."""
     state = {"in_flight": set(), "most": 0, "bodies": [], "overlapped": set()}
     changed = threading.Condition()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
+    def answer(path, body):
+        me = object()
+        with changed:
+            if state["in_flight"]:
+                state["overlapped"] |= state["in_flight"] | {me}
+            state["in_flight"].add(me)
+            state["most"] = max(state["most"], len(state["in_flight"]))
+            state["bodies"].append(body)
+            changed.notify_all()
+            changed.wait_for(lambda: me in state["overlapped"], timeout=1.0)
+        time.sleep(0.05)  # requests sent at once overlap, as in a batch
+        prompt = body["messages"][0]["content"]
+        tokens = [f"w{(len(prompt) + body['seed'] + i) % 97}" for i in range(body["max_tokens"])]
+        with changed:
+            state["in_flight"].discard(me)
+            overlapped = me in state["overlapped"]
+        shift = 2.0 ** -30 if batch_dependent and overlapped else 0.0
+        return 200, _reply(tokens, [-0.25 - i / 8 + shift for i in range(len(tokens))], " ".join(tokens))
 
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            me = object()
-            with changed:
-                if state["in_flight"]:
-                    state["overlapped"] |= state["in_flight"] | {me}
-                state["in_flight"].add(me)
-                state["most"] = max(state["most"], len(state["in_flight"]))
-                state["bodies"].append(body)
-                changed.notify_all()
-                changed.wait_for(lambda: me in state["overlapped"], timeout=1.0)
-            time.sleep(0.05)  # requests sent at once overlap, as in a batch
-            prompt = body["messages"][0]["content"]
-            tokens = [f"w{(len(prompt) + body['seed'] + i) % 97}" for i in range(body["max_tokens"])]
-            with changed:
-                state["in_flight"].discard(me)
-                overlapped = me in state["overlapped"]
-            shift = 2.0 ** -30 if batch_dependent and overlapped else 0.0
-            reply = json.dumps(_reply(tokens, [-0.25 - i / 8 + shift for i in range(len(tokens))],
-                                      " ".join(tokens))).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, state
+    return answer, state
 
 
 @pytest.mark.parametrize("batch_dependent", [False, True])
-def test_the_harness_sends_each_prompt_alone_then_among_co_runners(batch_dependent):
-    server, state = _chat_server(batch_dependent)
+def test_the_harness_sends_each_prompt_alone_then_among_co_runners(batch_dependent, json_server):
+    answer, state = _chat(batch_dependent)
+    server = json_server(answer)
     lines = []
-    try:
-        rows = demo.run_arm(demo.http_sender(f"http://127.0.0.1:{server.server_address[1]}"), demo.CASES[:2],
-                            concurrency=12, max_tokens=6, progress=lines.append)
-    finally:
-        server.shutdown()
+    rows = demo.run_arm(harness.http_sender(server.url, harness.CHAT), demo.CASES[:2], concurrency=12, max_tokens=6,
+                        progress=lines.append)
+    assert [path for path, _ in server.posts] == [harness.CHAT] * (2 + 2 * 12)
     assert len(state["bodies"]) == 2 + 2 * 12 and state["most"] >= 2  # the co-runners ran at once
     assert lines == ["prompt 1/2 alone", "prompt 2/2 alone", "prompt 1/2 among 11 co-runners",
                      "prompt 2/2 among 11 co-runners"]

@@ -9,13 +9,11 @@ reconfigured mid-run (must fail).
 """
 
 import hashlib
-import json
 import random
 import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -43,59 +41,44 @@ def _completion(prompt: str, seed: int, max_tokens: int, shift: float, fingerpri
 RECONFIGURED_AFTER = 3
 
 
-def _server(mode: str):
+def _completions(mode: str):
+    """A completions endpoint's answer (for ``json_server``) of the kind ``mode`` names (the module docstring)."""
     inflight = {"n": 0, "answered": 0}
     lock = threading.Lock()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
+    def answer(path, body):
+        with lock:
+            inflight["n"] += 1
+        time.sleep(0.05)  # let concurrent requests overlap, as in a batch
+        with lock:
+            busy = inflight["n"]
+            inflight["answered"] += 1
+            answered = inflight["answered"]
+        seed = body.get("seed")
+        if mode == "ignores-seed":
+            seed = random.random()
+        shift = 1e-6 * (busy - 1) if mode == "batch-dependent" else 0.0
+        fingerprint = None if mode == "no-fingerprint" else "fp_1"
+        if mode == "reconfigured" and answered > RECONFIGURED_AFTER:
+            fingerprint = "fp_2"
+        reply = _completion(body["prompt"], seed, body["max_tokens"], shift, fingerprint)
+        with lock:
+            inflight["n"] -= 1
+        return 200, reply
 
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with lock:
-                inflight["n"] += 1
-            time.sleep(0.05)  # let concurrent requests overlap, as in a batch
-            with lock:
-                busy = inflight["n"]
-                inflight["answered"] += 1
-                answered = inflight["answered"]
-            seed = body.get("seed")
-            if mode == "ignores-seed":
-                seed = random.random()
-            shift = 1e-6 * (busy - 1) if mode == "batch-dependent" else 0.0
-            fingerprint = None if mode == "no-fingerprint" else "fp_1"
-            if mode == "reconfigured" and answered > RECONFIGURED_AFTER:
-                fingerprint = "fp_2"
-            reply = json.dumps(_completion(body["prompt"], seed, body["max_tokens"], shift, fingerprint)).encode()
-            with lock:
-                inflight["n"] -= 1
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.answered = lambda: inflight["answered"]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return answer
 
 
 @pytest.fixture
-def serve():
+def serve(json_server):
     started = []
 
     def start(mode):
-        server = _server(mode)
-        started.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
+        started.append(json_server(_completions(mode)))
+        return started[-1].url
 
-    start.answered = lambda: sum(server.answered() for server in started)
-
-    yield start
-    for server in started:
-        server.shutdown()
+    start.answered = lambda: sum(len(server.posts) for server in started)
+    return start
 
 
 def test_prompts_are_reproducible_and_varied():

@@ -2,7 +2,7 @@
 
 import math
 
-from corun_sglang.core.compare import PROMPT, Generation, digest, first_divergence
+from corun_sglang.core.compare import PROMPT, Generation, digest, first_difference, first_divergence
 
 
 def g(tokens, logprobs):
@@ -25,6 +25,14 @@ def test_bits_count_not_values():
 
 def test_length_difference_is_a_divergence():
     assert first_divergence(g([1, 2], [-1.0, -1.0]), g([1], [-1.0])) == 1
+
+
+def test_logprob_sequences_differ_at_their_first_unequal_bits_or_their_shorter_length():
+    nan = float("nan")
+    assert first_difference([-0.5, nan, -1.0], [-0.5, nan, -1.0]) is None  # the same NaN is the same bits
+    assert first_difference([-0.5, 0.0, -1.0], [-0.5, -0.0, -1.0]) == 1  # equal values, other bits
+    assert first_difference([-0.5, -1.0], [-0.5, -1.0 + 2.0 ** -40]) == 1
+    assert first_difference([-0.5, -1.0], [-0.5]) == 1 and first_difference([], []) is None
 
 
 def test_a_generate_reply_reads_as_its_tokens_and_logprobs():

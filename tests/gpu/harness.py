@@ -2,9 +2,10 @@
 
 ``send`` posts ``Item``s (all at once, or one after another) and returns ``evidence.Sent``s: each output
 with the client's monotonic send and receive times, which ``tools.loads`` windows read the server's
-running counts against, and its prompt's length and logprob start (what a prefix cache may serve it).
-``flush`` empties the server's prefix cache. A streamed body (``"stream": true``) is read to its last chunk, whose
-``meta_info`` holds the whole output (SGLang streams cumulative logprobs unless told otherwise).
+running counts against, and its prompt's length and logprob start (what a prefix cache may serve it);
+all at once is ``corun_sglang.probes.harness.together``. A streamed body (``"stream": true``) is read to
+its last chunk, whose ``meta_info`` holds the whole output (SGLang streams cumulative logprobs unless told
+otherwise).
 Prompts come from ``corun_sglang.probes.generate.token_prompts``."""
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
 from corun_sglang.core.compare import Generation
+from corun_sglang.probes.harness import together
 from corun_sglang.tools.evidence import Sent
 
 
@@ -85,22 +86,7 @@ def send(url: str, items: list[Item], concurrent: bool = True) -> list[Sent]:
     with httpx.Client(timeout=900, limits=limits) as client:
         if not concurrent:
             return [s for item in items for s in _one(client, url, item)]
-        with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
-            return [s for group in pool.map(lambda it: _one(client, url, it), items) for s in group]
-
-
-def flush(url: str, timeout: float = 120) -> None:
-    """Empty the server's prefix cache (``POST /flush_cache``): SGLang refuses while a request is in flight
-    or its scheduler is not yet idle, so this asks again until it succeeds, or raises after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=30) as client:
-        while True:
-            reply = client.post(url + "/flush_cache")
-            if reply.status_code == 200:
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{url}/flush_cache: {reply.status_code} {reply.text.strip()[:200]}")
-            time.sleep(0.2)
+        return [s for group in together(lambda it: _one(client, url, it), items) for s in group]
 
 
 def generate(url: str, requests: list[dict], concurrent: bool = True) -> list[Generation]:

@@ -21,6 +21,7 @@ import pytest
 
 from corun_sglang.core import packing
 from corun_sglang.probes import verify_packing
+from corun_sglang.probes.harness import PREFILL_LOG
 
 pytestmark = pytest.mark.e2e
 
@@ -60,7 +61,7 @@ def test_default_sglang_packing_changes_a_prompts_bits(verified, launch, checkpo
     least = record.shortest if record else packing.shortest(*verify_packing.model_heads(checkpoint))
     server = launch(checkpoint, "--attention-backend", "flashinfer", "--disable-radix-cache", name="pack-default")
     try:
-        found = verify_packing.probe(verify_packing.http_sender(server.url, server.log), PACK, least,
+        found = verify_packing.probe(verify_packing.sender(server.url, server.log), PACK, least,
                                      verify_packing.model_vocab(checkpoint))
     finally:
         server.stop()  # the GPU's memory goes to the next test's server
@@ -75,7 +76,7 @@ def test_a_packing_server_keeps_a_needles_bits_among_concurrent_prompts(verified
         pytest.skip("the pack did not verify")
     server = launch(checkpoint, "--corun", "--corun-prefill-pack", str(folder / "pack.json"), name="packed")
     assert f"at {PACK} tokens" in server.log_text() and "(verified by --corun-prefill-pack" in server.log_text()
-    send = verify_packing.http_sender(server.url, server.log)
+    send = verify_packing.sender(server.url, server.log)
     needle, short = list(range(1000, 1000 + 200)), list(range(3000, 3005))  # short packs from 5 tokens on FA3
     alone, short_alone = send([needle], 0)[0], send([short], 0)[0]
     others = [[2000 + 37 * i + j for j in range(40 + i)] for i in range(48)]
@@ -93,7 +94,7 @@ def test_a_packing_server_keeps_a_needles_bits_among_concurrent_prompts(verified
     log = server.log_text()
     server.stop()  # the GPU's memory goes to the next test's server
     assert got[24] == alone and got[len(prompts) - 1] == short_alone
-    batches = [int(n) for n, _ in verify_packing.PREFILL_LOG.findall(log)]
+    batches = [int(n) for n, _ in PREFILL_LOG.findall(log)]
     assert max(batches) > 1, "no prefill packed two prompts"
 
 
@@ -107,13 +108,13 @@ def test_packs_waiting_for_kv_keep_a_needles_bits_and_serve_every_prompt(verifie
                     "--corun-prefill-pack-wait", "8", "--max-total-tokens", "2500", name="packed-wait")
     assert "cuts short waits up to 8 decode steps" in server.log_text()
     needle = list(range(1000, 1000 + 200))
-    alone, _ = verify_packing.http_sender(server.url, server.log, new_tokens=16)([needle], 0)
+    alone, _ = verify_packing.sender(server.url, server.log, new_tokens=16)([needle], 0)
     others = [[2000 + 37 * i + j for j in range(40 + i)] for i in range(48)]
     got, failed = {}, []
 
     def one(i, prompt, new_tokens):
         try:
-            got[i] = verify_packing.http_sender(server.url, server.log, new_tokens=new_tokens)([prompt], 0)[0]
+            got[i] = verify_packing.sender(server.url, server.log, new_tokens=new_tokens)([prompt], 0)[0]
         except Exception as exc:  # noqa: BLE001 - reported below with the request
             failed.append((i, repr(exc)))
 
@@ -128,7 +129,7 @@ def test_packs_waiting_for_kv_keep_a_needles_bits_and_serve_every_prompt(verifie
     server.stop()
     assert not failed and len(got) == len(prompts), failed
     assert got[24] == alone
-    batches = [int(n) for n, _ in verify_packing.PREFILL_LOG.findall(log)]
+    batches = [int(n) for n, _ in PREFILL_LOG.findall(log)]
     assert max(batches) > 1, "no prefill packed two prompts"
 
 

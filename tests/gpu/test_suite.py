@@ -57,6 +57,7 @@ import pytest
 
 from corun_sglang.core.prefix_cache import GRID
 from corun_sglang.probes import generate
+from corun_sglang.probes.harness import append_rows, flush_cache
 from corun_sglang.tools import evidence, loads, prefix_hits
 from corun_sglang.tools.loads import LoadProbe
 
@@ -183,9 +184,7 @@ def arms(request, launch, tmp_path_factory):
 def _write(name: str, rows: list[dict]) -> None:
     folder = os.environ.get("CORUN_RESULTS")
     if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        with open(Path(folder) / name, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
+        append_rows(Path(folder) / name, rows)
 
 
 def intended(total: int, n: int) -> int:
@@ -214,7 +213,7 @@ class Lane:
 
     def flush(self) -> None:
         """The server's prefix cache emptied: the next request of a prompt is cold."""
-        harness.flush(self.url)
+        flush_cache(self.url)
 
 
 def _probed(arms: Arms, arm: str, plan):

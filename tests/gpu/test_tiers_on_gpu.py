@@ -64,7 +64,7 @@ def test_a_tiered_server_keeps_a_needle_bits_at_every_load(verified, launch, che
     server = launch(checkpoint, "--corun", "--corun-decode-tiers", str(folder / "tiers.json"), name="tiered")
     assert f"bs={[*record.tiers, N]}" in server.log_text()
     vocab = verify_tiers.model_vocab(checkpoint)
-    send = verify_tiers.http_sender(server.url)
+    send = verify_tiers.sender(server.url)
     needle = verify_tiers.needles(1, 48, vocab, seed=7)[0]
     tokens = verify_tiers.corunner_tokens(N, 48)
     reference = send(verify_tiers.corunners(N - 1, tokens, vocab, seed=70), needle)

@@ -1,4 +1,4 @@
-"""``tools.generate``: seeded prompts every caller shares, and the ``/generate`` POST.
+"""``probes.generate``: seeded prompts every caller shares.
 
 The pinned prompts are those the callers sent before they shared this module (``verify``'s text,
 the GPU tests' token ids, ``bench`` workloads, the tiers probe's needles and co-runners): records and
@@ -8,11 +8,6 @@ results made with them stay comparable only while the same seeds give the same p
 import hashlib
 import json
 import random
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import httpx
-import pytest
 
 from bench import workloads
 from corun_sglang.commands import verify
@@ -50,43 +45,3 @@ def test_prompts_are_seeded_and_within_their_bounds():
     texts = generate.text_prompts(10, seed=3, low=2, high=5)
     assert all(2 <= len(t.split()) <= 5 and set(t.split()) <= set(generate.WORDS) for t in texts)
 
-
-def _server(status: int, reply):
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def do_POST(self):
-            self.server.bodies.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
-            data = json.dumps(reply).encode()
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.bodies = []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-def test_generation_reads_the_output_tokens_and_logprobs_of_a_reply():
-    reply = {"meta_info": {"output_token_logprobs": [[-0.5, 11, None], [-1.25, 12, None]]}}
-    server = _server(200, reply)
-    url = f"http://127.0.0.1:{server.server_port}"
-    try:
-        got = generate.generation(url, {"input_ids": [1, 2], "return_logprob": True})
-        assert generate.post(url, {"input_ids": [[1], [2]]}) == reply
-    finally:
-        server.shutdown()
-    assert got.tokens == (11, 12) and got.logprobs == (-0.5, -1.25)
-    assert server.bodies[0] == ("/generate", {"input_ids": [1, 2], "return_logprob": True})
-
-
-def test_a_refused_request_raises():
-    server = _server(400, {"error": "bad"})
-    try:
-        with pytest.raises(httpx.HTTPStatusError):
-            generate.post(f"http://127.0.0.1:{server.server_port}", {"input_ids": [1]})
-    finally:
-        server.shutdown()

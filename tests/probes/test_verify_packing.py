@@ -1,13 +1,10 @@
 """``verify_packing``: the probe verifies a pack only where every packed needle keeps its bits alone."""
 
-import json
 import random
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from corun_sglang.probes import verify_packing
+from corun_sglang.probes import harness, verify_packing
 from corun_sglang.core.compare import Generation
 
 PACK, LEAST = 1024, 17
@@ -87,46 +84,28 @@ def test_a_server_that_never_packs_verifies_nothing():
     assert len(problems) == 4 and all("never ran packed" in p for p in problems)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    log_path = None
-    bodies: list = []
+def test_the_sender_reads_prompt_and_new_token_logprobs_and_the_logged_batches(tmp_path, monkeypatch, json_server):
+    monkeypatch.setattr(harness.time, "sleep", lambda s: None)
+    log = tmp_path / "server.log"
+    log.write_text("")
 
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def answer(path, body):
+        """One prefill batch of the call's prompts logged; logprobs for those that asked."""
         prompts = body["input_ids"]
-        with open(self.log_path, "a") as f:
+        with open(log, "a") as f:
             f.write(f"Prefill batch, #new-seq: {len(prompts)}, #new-token: {sum(map(len, prompts))}, \n")
         steps = body["sampling_params"]["max_new_tokens"]
-        _Handler.bodies.append(body)
-        reply = [{"meta_info": {"input_token_logprobs": [[None, p[0], None]] + [[-1.5, t, None] for t in p[1:]],
-                                "output_token_logprobs": [[-0.25, 7, None]] * steps} if asked else {}}
-                 for p, asked in zip(prompts, body["return_logprob"])]
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        return 200, [{"meta_info": {"input_token_logprobs": [[None, p[0], None]] + [[-1.5, t, None] for t in p[1:]],
+                                    "output_token_logprobs": [[-0.25, 7, None]] * steps} if asked else {}}
+                     for p, asked in zip(prompts, body["return_logprob"])]
 
-
-def test_the_http_sender_reads_prompt_and_new_token_logprobs_and_the_logged_batches(tmp_path, monkeypatch):
-    monkeypatch.setattr(verify_packing.time, "sleep", lambda s: None)
-    _Handler.log_path = tmp_path / "server.log"
-    _Handler.log_path.write_text("")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        send = verify_packing.http_sender(f"http://127.0.0.1:{server.server_address[1]}", _Handler.log_path)
-        needle, batches = send([[104, 105], [101, 102, 103]], 1)
-    finally:
-        server.shutdown()
+    server = json_server(answer)
+    needle, batches = verify_packing.sender(server.url, log)([[104, 105], [101, 102, 103]], 1)
     assert batches == [(2, 5)]
     assert needle == Generation.of([102, 103, 7, 7, 7, 7], [-1.5, -1.5, -0.25, -0.25, -0.25, -0.25])
     # only the needle asks for logprobs, of every prompt position
-    assert _Handler.bodies[-1]["return_logprob"] == [False, True]
-    assert _Handler.bodies[-1]["logprob_start_len"] == [-1, 0]
+    assert server.posts[-1][1]["return_logprob"] == [False, True]
+    assert server.posts[-1][1]["logprob_start_len"] == [-1, 0]
 
 
 def test_model_heads_read_the_config(tiny_model):

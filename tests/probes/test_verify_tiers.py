@@ -1,12 +1,6 @@
 """``verify_tiers``: the probe decides which decode graph sizes keep a request's bits."""
 
-import json
-import threading
-import time
 from bisect import bisect_left
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import pytest
 
 from corun_sglang.probes import verify_tiers
 from corun_sglang.core.compare import Generation
@@ -80,51 +74,9 @@ def test_requests_are_seeded_token_ids_within_the_vocabulary():
     assert verify_tiers.corunner_tokens(256, 32) >= 32 + 256
 
 
-class _Handler(BaseHTTPRequestHandler):
-    events: list
-    lock = threading.Lock()
-
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        tag = "corunner" if body["stream"] else "needle"
-        with self.lock:
-            self.events.append((tag, "arrived", time.monotonic()))
-        self.send_response(200)
-        if tag == "corunner":
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
-            time.sleep(0.05 * len(body["input_ids"]) / 48)  # admission takes a while
-            with self.lock:
-                self.events.append((tag, "first chunk", time.monotonic()))
-            self.wfile.write(b'data: {"output_ids": [1]}\n\n')
-            self.wfile.flush()
-            time.sleep(0.3)
-            self.wfile.write(b"data: [DONE]\n\n")
-            return
-        steps = body["sampling_params"]["max_new_tokens"]
-        reply = json.dumps({"meta_info": {"output_token_logprobs": [[-0.25, 7, None]] * steps}}).encode()
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
-
-@pytest.fixture
-def http_server():
-    _Handler.events = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", _Handler.events
-    server.shutdown()
-
-
-def test_the_needle_is_sent_only_once_every_corunner_streams(http_server):
-    url, events = http_server
-    send = verify_tiers.http_sender(url)
+def test_the_needle_is_sent_only_once_every_corunner_streams(streaming_generate):
+    url, events = streaming_generate
+    send = verify_tiers.sender(url)
     got = send(verify_tiers.corunners(12, 40, vocab=1000, seed=1), verify_tiers.needles(1, 6, vocab=1000)[0])
     assert got == Generation.of([7] * 6, [-0.25] * 6)
     needle_at = next(t for tag, what, t in events if tag == "needle")
