@@ -282,7 +282,7 @@ def tiers_record(args, label: str, ckpt, shared: list[str], env: dict[str, str] 
     """The decode tiers record: ``--tiers`` where given, else the one of this checkpoint, server options
     and added environment, verified once and kept in the logs folder."""
     from corun_sglang.probes import verify_tiers
-    from corun_sglang.records import tier_record
+    from corun_sglang.records import record as tier_record
     from corun_sglang.core import tiers
 
     if args.tiers:

@@ -183,7 +183,7 @@ def main(argv=None) -> int:
                         help="an environment variable for one arm's server (repeatable), as in bench/run.py")
     args = parser.parse_args(argv)
 
-    from corun_sglang.records import tier_record
+    from corun_sglang.records import record as tier_record
     from corun_sglang.core import tiers
     from corun_sglang.probes.launch import Server
 

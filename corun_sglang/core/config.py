@@ -6,7 +6,7 @@ SGLang resolves its options and ``freeze`` after, so that every decision below c
 
 Invariants of a configuration that ``resolve()`` accepts:
 - decode runs CUDA graphs only, of batch size N = ``max_running_requests`` and of
-  the decode tiers below N (``corun_sglang.records.tier_record``; none unless given), with
+  the decode tiers below N (``corun_sglang.records.record``; none unless given), with
   padding (a smaller batch replays the smallest graph that holds it);
 - prefill and decode never share a batch (no mixed chunk), and the radix cache
   is off (a cache hit would change the prefill shape of a request), or, with
@@ -268,7 +268,7 @@ class CorunConfig:
     prefill_graph_sizes: tuple[int, ...] | None = None  # the prefill CUDA graph's token counts, as resolved
     default_max_new_tokens: int | None = None  # --corun-default-max-new-tokens
     measured: tuple[str, ...] = ()  # --corun-measure: refused request parameters served, unverified
-    tier_record: Any = None  # records.tier_record.Record
+    tier_record: Any = None  # records.record.Record
     pack_record: Any = None  # pack_record.Record
     calibration: Any = None  # calibration.Calibration.as_info(): what calibration served and why
 

@@ -29,7 +29,7 @@ from corun_sglang.core.compare import Generation, first_divergence
 from corun_sglang.probes import generate
 
 if TYPE_CHECKING:
-    from corun_sglang.records.tier_record import Record
+    from corun_sglang.records.record import Record
 
 def _body(prompt: list[int], max_new_tokens: int, temperature: float, seed: int, stream: bool = False) -> dict:
     return {
@@ -175,7 +175,7 @@ def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: P
     """Start a candidate server (with ``env`` added to its environment), probe it, write the record to
     ``out``; returns it. ``RuntimeError`` (no record written) where its KV pool cannot hold a reference
     round (``pool_problem``). ``progress`` gets a line as the server starts and as the probe goes (``probe``)."""
-    from corun_sglang.records import environment, tier_record
+    from corun_sglang.records import environment, record as tier_record
     from corun_sglang.probes.launch import Server
 
     args = ["--corun", "--max-running-requests", str(n),

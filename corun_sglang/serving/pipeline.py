@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, MutableMapping
 
 from corun_sglang.core import config, options, packing, refusals
 from corun_sglang.probes import calibration
-from corun_sglang.records import pack_record, tier_record
+from corun_sglang.records import pack_record, record as tier_record
 from corun_sglang.core import tiers
 from corun_sglang.serving import kernel_probe
 from corun_sglang.core.config import CorunConfigError, Records

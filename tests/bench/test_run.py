@@ -164,7 +164,7 @@ def test_rows_at_tp_2_are_labelled_apart_from_tp_1(stand_in):
 
 def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(stand_in, monkeypatch):
     from corun_sglang.probes import verify_tiers
-    from corun_sglang.records import tier_record
+    from corun_sglang.records import record as tier_record
 
     out, argv = stand_in
     verified = []
@@ -191,7 +191,7 @@ def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(stand_
 
 def test_the_tiers_arm_serves_a_given_record_without_verifying_one(stand_in, monkeypatch, tmp_path):
     from corun_sglang.probes import verify_tiers
-    from corun_sglang.records import tier_record
+    from corun_sglang.records import record as tier_record
 
     out, argv = stand_in
 
@@ -213,7 +213,7 @@ def test_the_tiers_arm_serves_a_given_record_without_verifying_one(stand_in, mon
 def test_an_arm_env_reaches_the_arms_server_its_tiers_verification_and_its_rows(stand_in, monkeypatch,
                                                                               stand_in_server):
     from corun_sglang.probes import verify_tiers
-    from corun_sglang.records import tier_record
+    from corun_sglang.records import record as tier_record
 
     out, argv = stand_in
     verified = []
@@ -237,7 +237,7 @@ def test_an_arm_env_reaches_the_arms_server_its_tiers_verification_and_its_rows(
 
 def test_corun_rows_record_what_calibration_served_and_the_ablation_turns_it_off(stand_in, monkeypatch):
     from corun_sglang.probes import verify_tiers
-    from corun_sglang.records import tier_record
+    from corun_sglang.records import record as tier_record
 
     out, argv = stand_in
 

@@ -24,7 +24,7 @@ def test_the_records_a_slice_names_load_and_share_one_environment():
     pack record made in one environment: the server refuses either unless it matches the host."""
     import re
 
-    from corun_sglang.records import pack_record, tier_record
+    from corun_sglang.records import pack_record, record as tier_record
 
     root = Path(__file__).resolve().parents[2]
     text = (root / "bench" / "slices.sh").read_text()

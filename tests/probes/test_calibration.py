@@ -13,7 +13,7 @@ from corun_sglang.probes import calibration
 from corun_sglang.records import environment
 from corun_sglang.records.pack_record import Record as PackRecord
 from corun_sglang.core.packing import PackingError
-from corun_sglang.records.tier_record import Record as TiersRecord
+from corun_sglang.records.record import Record as TiersRecord
 from corun_sglang.core import errors
 
 ENV = {"gpu": "NVIDIA H200"}

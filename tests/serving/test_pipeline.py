@@ -12,7 +12,7 @@ from corun_sglang.probes import calibration
 from corun_sglang.records import environment
 from corun_sglang.serving import pipeline
 from corun_sglang.records.pack_record import Record as PackRecord
-from corun_sglang.records.tier_record import Record as TiersRecord
+from corun_sglang.records.record import Record as TiersRecord
 
 ENV = {"gpu": "NVIDIA H200"}
 ROOT = Path(__file__).resolve().parents[2]

@@ -61,7 +61,7 @@ def test_n_is_max_running_requests(parse):
 
 
 def _record(tmp_path, n=256, tiers=(72, 128)):
-    from corun_sglang.records.tier_record import Record
+    from corun_sglang.records.record import Record
 
     path = tmp_path / "tiers.json"
     path.write_text(json.dumps(Record(n=n, tiers=tiers, environment={"gpu": "NVIDIA H200"}).to_json()))

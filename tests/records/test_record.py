@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from corun_sglang.records import tier_record
+from corun_sglang.records import record as tier_record
 from corun_sglang.core import tiers
 
 ENV = {"model": "abc", "gpu": "NVIDIA H200", "version sglang": "0.5.17", "tp_size": 1}
