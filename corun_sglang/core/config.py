@@ -118,8 +118,8 @@ def batch_size(args: Any) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Records:
-    """The decode tiers and the prefill pack a server serves: verified records (``tier_record.Record``,
-    ``pack_record.Record``, given or calibrated) or unverified candidates (for the probes), and how long a
+    """The decode tiers and the prefill pack a server serves: verified records (``record.TiersRecord``,
+    ``record.PackRecord``, given or calibrated) or unverified candidates (for the probes), and how long a
     pack the KV pool cuts short waits. Nothing given: plain N and isolated prefill."""
 
     tier_record: Any = None
@@ -268,8 +268,8 @@ class CorunConfig:
     prefill_graph_sizes: tuple[int, ...] | None = None  # the prefill CUDA graph's token counts, as resolved
     default_max_new_tokens: int | None = None  # --corun-default-max-new-tokens
     measured: tuple[str, ...] = ()  # --corun-measure: refused request parameters served, unverified
-    tier_record: Any = None  # records.record.Record
-    pack_record: Any = None  # pack_record.Record
+    tier_record: Any = None  # records.record.TiersRecord
+    pack_record: Any = None  # records.record.PackRecord
     calibration: Any = None  # calibration.Calibration.as_info(): what calibration served and why
 
     @property
