@@ -243,18 +243,18 @@ def pack_record(args, label: str, ckpt, shared: list[str]):
     """The prefill pack record: ``--pack`` where given, else the one of this checkpoint and server options,
     verified once and kept in the logs folder (``PackingError`` where the pack does not verify)."""
     from corun_sglang.probes import verify_packing
-    from corun_sglang.records import pack_record
+    from corun_sglang.records.record import PackRecord
 
     if args.pack:
-        return pack_record.load(Path(args.pack))
+        return PackRecord.load(Path(args.pack))
     path = Path(args.logs) / f"pack-{label}-{args.pack_size}.json"
     if path.exists():
-        return pack_record.load(path)
+        return PackRecord.load(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = verify_packing.verify(str(ckpt), args.pack_size, path, path.with_suffix(".log"), server_args=shared,
                                    static_gb=args.static_gb)
     print(verify_packing.render(record), flush=True)
-    return pack_record.load(path)
+    return PackRecord.load(path)
 
 
 def server_info(url: str) -> dict:
@@ -284,21 +284,21 @@ def tiers_record(args, label: str, ckpt, shared: list[str], env: dict[str, str] 
     """The decode tiers record: ``--tiers`` where given, else the one of this checkpoint, server options
     and added environment, verified once and kept in the logs folder."""
     from corun_sglang.probes import verify_tiers
-    from corun_sglang.records import tier_record
+    from corun_sglang.records.record import TiersRecord
     from corun_sglang.core import tiers
 
     if args.tiers:
-        return tier_record.load(Path(args.tiers))
+        return TiersRecord.load(Path(args.tiers))
     setting = "".join(f"-{name}={value}" for name, value in sorted((env or {}).items()))
     path = Path(args.logs) / f"tiers-{label}-n{args.max_running_requests}{setting}.json"
     if path.exists():
-        return tier_record.load(path)
+        return TiersRecord.load(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = verify_tiers.verify(str(ckpt), tiers.parse_sizes(args.tier_candidates), args.max_running_requests,
                                  path, path.with_suffix(".log"), server_args=shared, static_gb=args.static_gb,
                                  env=env)
     print(verify_tiers.render(record), flush=True)
-    return tier_record.load(path)
+    return TiersRecord.load(path)
 
 
 def main(argv=None) -> int:

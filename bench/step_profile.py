@@ -183,7 +183,7 @@ def main(argv=None) -> int:
                         help="an environment variable for one arm's server (repeatable), as in bench/run.py")
     args = parser.parse_args(argv)
 
-    from corun_sglang.records import tier_record
+    from corun_sglang.records.record import TiersRecord
     from corun_sglang.core import tiers
     from corun_sglang.probes.launch import Server
 
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
         record = run.tiers_record(args, args.shape, ckpt, shared, env["CoRun-tiers"]).source
     for arm in arms:
         tiered = ["--corun-decode-tiers", record] if arm == "CoRun-tiers" else []
-        graphs = (tiers.capture_sizes(tier_record.load(record).tiers if tiered else (), args.max_running_requests)
+        graphs = (tiers.capture_sizes(TiersRecord.load(record).tiers if tiered else (), args.max_running_requests)
                   if "--corun" in run.ARMS[arm] else None)
         server = Server(str(ckpt), run.ARMS[arm] + extra[arm] + tiered + shared, Path(args.logs) / f"profile-{arm}.log",
                         timeout=900, static_gb=args.static_gb, env=env[arm])

@@ -1,18 +1,60 @@
-"""The ``corun-sglang`` command."""
+"""The ``corun-sglang`` command.
+
+Invariants: ``main`` runs each subcommand's handler; a handler states its own checks and work and ends early only
+by raising ``Stop`` (through ``refuse`` and ``attempt``), which ``main`` prints to stderr as ``corun-sglang
+COMMAND: MESSAGE`` and returns as the exit code: 2 for options refused before any work or work that could not
+complete, the code of a known failure otherwise.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+
+class Stop(Exception):
+    """Ends a command: ``main`` prints the message after ``corun-sglang COMMAND: `` and exits ``code``."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+def refuse(problems: list[str]) -> None:
+    """Stops the command (exit 2) naming every problem of its options, before any work; nothing if none."""
+    if problems:
+        raise Stop("; ".join(problems))
+
+
+@contextlib.contextmanager
+def attempt(failed: str | None = None, where: str = "", known: Mapping[type[Exception], int] | None = None,
+            shown: Callable[[], None] | None = None) -> Iterator[None]:
+    """The work inside: an error of a ``known`` type stops the command with its own message and that exit code;
+    any other stops it with exit 2 as ``could not FAILED: ERROR WHERE`` after ``shown`` (what completed) runs,
+    or, with no ``failed``, goes on up."""
+    try:
+        yield
+    except Stop:
+        raise
+    except Exception as exc:
+        code = next((code for kind, code in (known or {}).items() if isinstance(exc, kind)), None)
+        if code is not None:
+            raise Stop(str(exc), code) from exc
+        if failed is None:
+            raise
+        if shown is not None:
+            shown()
+        raise Stop(f"could not {failed}: {exc}{where}") from exc
 
 
 def _apply_patches(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from corun_sglang.serving import patches
 
     root = Path(args.site_packages) if args.site_packages else None
-    try:
+    with attempt(known={patches.PatchError: 2}):
         root = root or patches.sglang_root()
         if args.check:
             rows = patches.check(root)
@@ -20,9 +62,6 @@ def _apply_patches(args: argparse.Namespace) -> int:
                 print(f"{patch.name}: {state.value}")
             return 0 if all(s is patches.Status.APPLIED for _, s in rows) else 1
         rows = patches.revert(root) if args.revert else patches.apply(root)
-    except patches.PatchError as exc:
-        print(f"corun-sglang: {exc}", file=sys.stderr)
-        return 2
     for patch, what in rows:
         print(f"{patch.name}: {what}")
     print(f"SGLang at {root / 'sglang'}")
@@ -32,21 +71,15 @@ def _apply_patches(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from corun_sglang.commands import verify
 
-    found = verify.problems(args.prompts, args.batch)
-    if found:
-        print(f"corun-sglang verify: {'; '.join(found)}", file=sys.stderr)
-        return 2
+    refuse(verify.problems(args.prompts, args.batch))
     extra = {"ignore_eos": True} if args.ignore_eos else None
     send = verify.openai_sender(
         args.base_url, args.model, args.max_tokens, args.temperature,
         api_key=args.api_key, extra_body=extra,
     )
     texts = verify.prompts(args.prompts, seed=args.seed)
-    try:
+    with attempt("complete the check"):  # the server, not the check, failed
         audit = verify.run(send, texts, batch=args.batch, seed=args.seed)
-    except Exception as exc:  # the server, not the check, failed
-        print(f"corun-sglang verify: could not complete the check: {exc}", file=sys.stderr)
-        return 2
     print(verify.render(audit))
     return 0 if audit.ok else 1
 
@@ -65,100 +98,74 @@ def progress(command: str, stream=None, clock=None):
     return say
 
 
+def _check_into_record(args: argparse.Namespace, render: Callable[[Any], str], check: Callable[[Path, Path], Any],
+                       known: Mapping[type[Exception], int] | None = None) -> int:
+    """A check that starts a candidate server and writes the record it verified: ``check(out, log)`` writes it to
+    ``--out``, its server's log to ``--log`` (default: next to ``--out``). No record is written where the server or
+    the probe fails (exit 2) or a ``known`` failure stops it; otherwise the record is shown with how to serve it."""
+    out = Path(args.out)
+    log = Path(args.log) if args.log else out.with_suffix(".server.log")
+    with attempt("complete the check", f" (server log: {log})", known=known):
+        record = check(out, log)
+    print(render(record))
+    print(f"record: {out}; serve it with --corun {record.kind.option} {out}")
+    return 0
+
+
 def _verify_tiers(args: argparse.Namespace) -> int:
     import shlex
-    from pathlib import Path
 
     from corun_sglang.probes import verify_tiers
     from corun_sglang.core import tiers
 
-    try:
+    with attempt(known={tiers.TiersError: 2}):
         candidates = tiers.parse_sizes(args.candidates)
-    except tiers.TiersError as exc:
-        print(f"corun-sglang verify-tiers: {exc}", file=sys.stderr)
-        return 2
     wide = [m for m in candidates if m >= args.max_running_requests]
-    if wide:
-        print(f"corun-sglang verify-tiers: candidates {wide} are not below N = {args.max_running_requests}",
-              file=sys.stderr)
-        return 2
-    out = Path(args.out)
-    log = Path(args.log) if args.log else out.with_suffix(".server.log")
-    try:
-        record = verify_tiers.verify(
-            args.model_path, candidates, args.max_running_requests, out, log, shlex.split(args.server_args),
-            needle_count=args.needles, needle_tokens=args.tokens, seed=args.seed, static_gb=args.static_gb,
-            progress=progress("verify-tiers"),
-        )
-    except Exception as exc:  # the server or the probe failed: no record is written
-        print(f"corun-sglang verify-tiers: could not complete the check: {exc} (server log: {log})", file=sys.stderr)
-        return 2
-    print(verify_tiers.render(record))
-    print(f"record: {out}; serve it with --corun --corun-decode-tiers {out}")
-    return 0
+    refuse([f"candidates {wide} are not below N = {args.max_running_requests}"] if wide else [])
+    return _check_into_record(args, verify_tiers.render, lambda out, log: verify_tiers.verify(
+        args.model_path, candidates, args.max_running_requests, out, log, shlex.split(args.server_args),
+        needle_count=args.needles, needle_tokens=args.tokens, seed=args.seed, static_gb=args.static_gb,
+        progress=progress("verify-tiers")))
 
 
 def _verify_prefill_pack(args: argparse.Namespace) -> int:
     import shlex
-    from pathlib import Path
 
     from corun_sglang.core import packing
     from corun_sglang.probes import verify_packing
 
-    found = packing.pack_problems(args.pack, None)
-    if found:
-        print(f"corun-sglang verify-prefill-pack: {'; '.join(found)}", file=sys.stderr)
-        return 2
-    out = Path(args.out)
-    log = Path(args.log) if args.log else out.with_suffix(".server.log")
-    try:
-        record = verify_packing.verify(args.model_path, args.pack, out, log, shlex.split(args.server_args),
-                                       needles=args.needles, seed=args.seed, static_gb=args.static_gb,
-                                       progress=progress("verify-prefill-pack"))
-    except packing.PackingError as exc:  # the check ran and failed: no record is written
-        print(f"corun-sglang verify-prefill-pack: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # the server or the probe failed: no record is written
-        print(f"corun-sglang verify-prefill-pack: could not complete the check: {exc} (server log: {log})",
-              file=sys.stderr)
-        return 2
-    print(verify_packing.render(record))
-    print(f"record: {out}; serve it with --corun --corun-prefill-pack {out}")
-    return 0
+    refuse(packing.pack_problems(args.pack, None))
+    return _check_into_record(args, verify_packing.render, lambda out, log: verify_packing.verify(
+        args.model_path, args.pack, out, log, shlex.split(args.server_args), needles=args.needles, seed=args.seed,
+        static_gb=args.static_gb, progress=progress("verify-prefill-pack")),
+        known={packing.PackingError: 1})  # the check ran and failed: exit 1
 
 
 def _demo(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
     from corun_sglang.commands import demo
     from corun_sglang.tools import models
 
-    found = demo.problems(args.concurrency, args.max_tokens)
-    if found:
-        print(f"corun-sglang demo: {'; '.join(found)}", file=sys.stderr)
-        return 2
+    refuse(demo.problems(args.concurrency, args.max_tokens))
     say = progress("demo")
     out = Path(args.out)
-    try:
+    with attempt(known={models.ModelsError: 2}):
         if not args.model_path:
             say(f"materializing SmolLM2-135M-Instruct into {Path(args.cache) / 'smollm2'}")
         model = demo.model_folder(args.model_path, Path(args.cache))
-    except models.ModelsError as exc:
-        print(f"corun-sglang demo: {exc}", file=sys.stderr)
-        return 2
     arms, commands = {}, {}
     cases = {demo.CORUN: list(demo.CASES), demo.DEFAULT: demo.greedy(demo.CASES)}
-    try:
+
+    def ran() -> None:  # a server or a request failed: the arms that ran are still shown
+        if arms:
+            print(demo.render(arms, args.concurrency))
+
+    with attempt("complete the run", f" (server logs next to {out})", shown=ran):
         for arm in (demo.CORUN, demo.DEFAULT):
             arms[arm], commands[arm] = demo.serve_and_run(
                 model, arm, cases[arm], args.concurrency, args.max_tokens, out.with_suffix(f".{arm}.log"),
                 args.static_gb, say)
-    except Exception as exc:  # a server or a request failed: the arms that ran are still shown
-        if arms:
-            print(demo.render(arms, args.concurrency))
-        print(f"corun-sglang demo: could not complete the run: {exc} (server logs next to {out})", file=sys.stderr)
-        return 2
     settings = {"model": str(model), "concurrency": args.concurrency, "max_tokens": args.max_tokens}
     out.write_text(json.dumps(demo.to_json(arms, settings, commands), indent=1) + "\n")
     print(demo.render(arms, args.concurrency))
@@ -192,22 +199,15 @@ def _models(args: argparse.Namespace) -> int:
         for m in models.MODELS.values():
             print(f"{m.name}: {m.gguf} from the package {m.distribution} ({m.license})")
         return 0
-    if args.dest is None:
-        print("corun-sglang models: give DEST, the folder to write the checkpoint into", file=sys.stderr)
-        return 2
-    try:
+    refuse(["give DEST, the folder to write the checkpoint into"] if args.dest is None else [])
+    with attempt(known={models.ModelsError: 2}):
         dest = models.materialize(args.name, args.dest)
-    except models.ModelsError as exc:
-        print(f"corun-sglang models: {exc}", file=sys.stderr)
-        return 2
     print(f"{args.name}: {dest} (weights digest {models.weights_digest(dest)}); serve it with "
           f"python -m sglang.launch_server --corun --model-path {dest}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pathlib import Path
-
     from corun_sglang import __version__
 
     parser = argparse.ArgumentParser(
@@ -312,8 +312,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the command ``argv`` names; its exit code (a ``Stop`` printed to stderr, behind the command's name)."""
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except Stop as stop:
+        print(f"corun-sglang {args.command}: {stop}", file=sys.stderr)
+        return stop.code
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ SGLang resolves its options and ``freeze`` after, so that every decision below c
 
 Invariants of a configuration that ``resolve()`` accepts:
 - decode runs CUDA graphs only, of batch size N = ``max_running_requests`` and of
-  the decode tiers below N (``corun_sglang.records.tier_record``; none unless given), with
+  the decode tiers below N (``corun_sglang.records.record``; none unless given), with
   padding (a smaller batch replays the smallest graph that holds it);
 - prefill and decode never share a batch (no mixed chunk), and the radix cache
   is off (a cache hit would change the prefill shape of a request), or, with
@@ -118,8 +118,8 @@ def batch_size(args: Any) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Records:
-    """The decode tiers and the prefill pack a server serves: verified records (``tier_record.Record``,
-    ``pack_record.Record``, given or calibrated) or unverified candidates (for the probes), and how long a
+    """The decode tiers and the prefill pack a server serves: verified records (``record.TiersRecord``,
+    ``record.PackRecord``, given or calibrated) or unverified candidates (for the probes), and how long a
     pack the KV pool cuts short waits. Nothing given: plain N and isolated prefill."""
 
     tier_record: Any = None
@@ -269,8 +269,8 @@ class CorunConfig:
     prefill_graph_sizes: tuple[int, ...] | None = None  # the prefill CUDA graph's token counts, as resolved
     default_max_new_tokens: int | None = None  # --corun-default-max-new-tokens
     measured: tuple[str, ...] = ()  # --corun-measure: refused request parameters served, unverified
-    tier_record: Any = None  # records.tier_record.Record
-    pack_record: Any = None  # pack_record.Record
+    tier_record: Any = None  # records.record.TiersRecord
+    pack_record: Any = None  # records.record.PackRecord
     calibration: Any = None  # calibration.Calibration.as_info(): what calibration served and why
 
     @property

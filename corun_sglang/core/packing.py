@@ -21,7 +21,7 @@ Invariants:
 - with ``--corun-prefill-pack-wait W``, a pack that full-sequence admission would cut short (``cut_short``)
   waits up to W decode steps for finishing requests to free KV: which prompts share a prefill changes,
   never the shape any of them runs at;
-- a server packs only with a record (``corun_sglang.records.pack_record``) that ``corun-sglang verify-prefill-pack``
+- a server packs only with a record (``corun_sglang.records.record.PackRecord``) that ``corun-sglang verify-prefill-pack``
   wrote in an environment equal to its own (``corun_sglang.records.environment.environment``), or, unverified and
   making no determinism promise, for that verification (``--corun-prefill-pack-candidate``).
 """

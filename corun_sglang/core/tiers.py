@@ -2,7 +2,7 @@
 
 A ``--corun`` server captures exactly ``capture_sizes(tiers, N)``: every tier below N, then N; SGLang pads a
 decode batch to the smallest captured size that holds it, so a lighter load replays a smaller graph. A record of
-verified tiers (``records.tier_record``) is served only by a server of its N (``problems``).
+verified tiers (``records.record``) is served only by a server of its N (``problems``).
 
 Invariants: pure functions; every failure is a ``TiersError``.
 """

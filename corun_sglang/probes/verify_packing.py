@@ -11,7 +11,7 @@ the prompt logprobs and a different KV cache in the new tokens. The co-runners a
 the rows the prefill's LM head computes change from packing to packing.
 
 The pack is verified when, for every needle, at least one packing counted and every counted packing
-equals the needle alone bit for bit. The record (``pack_record.Record``) carries the environment the
+equals the needle alone bit for bit. The record (``record.PackRecord``) carries the environment the
 server logged, which a server serving it must match.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from corun_sglang.core.packing import PackingError
-from corun_sglang.records import pack_record
+from corun_sglang.records.record import PackRecord, pack_candidate_from_log
 from corun_sglang.core.compare import Generation, first_divergence
 from corun_sglang.probes import generate, harness
 from corun_sglang.probes.verify_tiers import model_vocab
@@ -133,7 +133,7 @@ def model_heads(model_path: str) -> tuple[int, int]:
 
 def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequence[str] = (), needles: int = 4,
            seed: int = 0, static_gb: float | None = None,
-           progress: Callable[[str], None] = harness.quiet) -> pack_record.Record:
+           progress: Callable[[str], None] = harness.quiet) -> PackRecord:
     """Start a candidate server, probe it, write the record to ``out`` and return it; ``PackingError``
     (no record written) when the pack does not verify. ``progress`` gets a line as the server starts and as
     the probe goes (``probe``)."""
@@ -147,7 +147,7 @@ def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequen
     progress(f"server ready at {server.url}")
     try:
         environment = environment.environment_from_log(server.log_text())
-        least = pack_record.candidate_from_log(server.log_text())["shortest"]
+        least = pack_candidate_from_log(server.log_text())["shortest"]
         found = probe(sender(server.url, log), pack, least, vocab, needles=needles, seed=seed,
                       progress=progress)
     finally:
@@ -155,13 +155,13 @@ def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequen
     problems = failures(found)
     if problems:
         raise PackingError(f"a pack of {pack} tokens does not verify here: " + "; ".join(problems))
-    record = pack_record.Record(pack=pack, shortest=least, environment=environment,
-                            needles={n: len(got["counted"]) for n, got in found.items()}, source=str(out))
-    out.write_text(json.dumps(record.to_json(), indent=1) + "\n")
+    record = PackRecord(pack=pack, shortest=least, environment=environment,
+                        needles={n: len(got["counted"]) for n, got in found.items()}, source=str(out))
+    record.write(out)
     return record
 
 
-def render(record: pack_record.Record) -> str:
+def render(record: PackRecord) -> str:
     needles = ", ".join(f"{n} tokens in {k} packings" for n, k in sorted(record.needles.items()))
     return (f"prefill pack verified: prompts of {record.shortest} to {record.pack} tokens run at {record.pack} "
             f"tokens, alone or packed, with the same bits (needles: {needles})")

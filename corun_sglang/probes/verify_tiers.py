@@ -8,7 +8,7 @@ replays the M-slot graph. The co-runners are sent first and are all running (eac
 its first token) before the needle is sent, and they decode longer than the needle, so the
 running count stays M for the needle's whole life. A candidate is a tier when every needle's
 tokens and logprobs equal its reference bit for bit; a different kernel or reduction order in any
-layer shows as a divergence within a few steps. The record (``tier_record.Record``) carries the
+layer shows as a divergence within a few steps. The record (``record.TiersRecord``) carries the
 environment the server logged, which a server serving the record must match. A server whose KV pool
 cannot hold a reference round's whole sequences at once (``pool_problem``) is not probed: full-sequence
 admission would hold co-runners back, and the reference would decode in a smaller graph than N's.
@@ -27,7 +27,7 @@ from corun_sglang.core.compare import Generation, first_divergence
 from corun_sglang.probes import generate, harness
 
 if TYPE_CHECKING:
-    from corun_sglang.records.tier_record import Record
+    from corun_sglang.records.record import TiersRecord
 
 def _body(prompt: list[int], max_new_tokens: int, temperature: float, seed: int, stream: bool = False) -> dict:
     return {
@@ -139,11 +139,12 @@ def model_vocab(model_path: str, default: int = 32000) -> int:
 
 def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: Path, server_args: Sequence[str] = (),
            needle_count: int = 2, needle_tokens: int = 32, seed: int = 0, static_gb: float | None = None,
-           env: Mapping[str, str] | None = None, progress: Callable[[str], None] = harness.quiet) -> "Record":
+           env: Mapping[str, str] | None = None, progress: Callable[[str], None] = harness.quiet) -> "TiersRecord":
     """Start a candidate server (with ``env`` added to its environment), probe it, write the record to
     ``out``; returns it. ``RuntimeError`` (no record written) where its KV pool cannot hold a reference
     round (``pool_problem``). ``progress`` gets a line as the server starts and as the probe goes (``probe``)."""
-    from corun_sglang.records import environment, tier_record
+    from corun_sglang.records import environment
+    from corun_sglang.records.record import TiersRecord
     from corun_sglang.probes.launch import Server
 
     args = ["--corun", "--max-running-requests", str(n),
@@ -162,12 +163,12 @@ def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: P
     finally:
         server.stop()
     passed, rejected = verdict(found)
-    record = tier_record.Record(n=n, tiers=tuple(passed), environment=environment, rejected=rejected, source=str(out))
-    out.write_text(json.dumps(record.to_json(), indent=1) + "\n")
+    record = TiersRecord(n=n, tiers=tuple(passed), environment=environment, rejected=rejected, source=str(out))
+    record.write(out)
     return record
 
 
-def render(record: "Record") -> str:
+def render(record: "TiersRecord") -> str:
     lines = [f"decode tiers verified against N = {record.n}: {list(record.tiers) or 'none'}"]
     lines += [f"  {m}: rejected, a needle first differs at step {step}" for m, step in sorted(record.rejected.items())]
     return "\n".join(lines)

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, MutableMapping
 
 from corun_sglang.core import config, options, packing, refusals
 from corun_sglang.probes import calibration
-from corun_sglang.records import pack_record, tier_record
+from corun_sglang.records.record import PackRecord, TiersRecord
 from corun_sglang.core import tiers
 from corun_sglang.serving import kernel_probe
 from corun_sglang.core.config import CorunConfigError, Records
@@ -44,7 +44,7 @@ def given_records(args: Any) -> tuple[Records, list[str]]:
     found: dict[str, Any] = {"pack_wait": args.corun_prefill_pack_wait}
     try:
         if args.corun_decode_tiers:
-            record = tier_record.load(args.corun_decode_tiers)
+            record = TiersRecord.load(args.corun_decode_tiers)
             problems += [f"--corun-decode-tiers {args.corun_decode_tiers}: {p}. Fix: run `corun-sglang verify-tiers` "
                          "with this N, or drop --corun-decode-tiers" for p in tiers.problems(record, n)]
             found["tier_record"] = record
@@ -58,7 +58,7 @@ def given_records(args: Any) -> tuple[Records, list[str]]:
         problems.append(str(exc))
     try:
         if args.corun_prefill_pack:
-            record = pack_record.load(args.corun_prefill_pack)
+            record = PackRecord.load(args.corun_prefill_pack)
             problems += [f"--corun-prefill-pack {args.corun_prefill_pack}: {p}. Fix: run `corun-sglang "
                          "verify-prefill-pack` with a smaller pack"
                          for p in packing.pack_problems(record.pack, args.chunked_prefill_size)]
@@ -126,14 +126,14 @@ def records(args: Any, given: Records, sglang_defaults: Mapping[str, Any],
         if (why := config.unservable_tiers(args)) is not None:
             found.refuse("tiers", why)
         else:
-            served = _replace(served, tier_record=tier_record.load(found.tiers_file))
+            served = _replace(served, tier_record=TiersRecord.load(found.tiers_file))
             problems += [f"calibration {found.folder}: {p}" for p in tiers.problems(served.tier_record,
                                                                                       config.batch_size(args))]
     if found.pack is not None:
         if (why := config.unservable_pack(args)) is not None:
             found.refuse("pack", why)
         else:
-            served = _replace(served, pack_record=pack_record.load(found.pack_file),
+            served = _replace(served, pack_record=PackRecord.load(found.pack_file),
                               pack_wait=served.pack_wait or calibration.PACK_WAIT)
     problems += _wait_problems(served)
     if problems:

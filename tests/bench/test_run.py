@@ -164,7 +164,7 @@ def test_rows_at_tp_2_are_labelled_apart_from_tp_1(stand_in):
 
 def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(stand_in, monkeypatch):
     from corun_sglang.probes import verify_tiers
-    from corun_sglang.records import tier_record
+    from corun_sglang.records.record import TiersRecord
 
     out, argv = stand_in
     verified = []
@@ -172,8 +172,8 @@ def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(stand_
     def verify(model_path, candidates, n, out, log, server_args=(), static_gb=None, env=None, **_):
         verified.append((candidates, n, list(server_args)))
         assert not env
-        record = tier_record.Record(n=n, tiers=(72, 128), environment={"gpu": "G"}, rejected={64: 3})
-        out.write_text(json.dumps(record.to_json()))
+        record = TiersRecord(n=n, tiers=(72, 128), environment={"gpu": "G"}, rejected={64: 3})
+        record.write(out)
         return record
 
     monkeypatch.setattr(verify_tiers, "verify", verify)
@@ -191,7 +191,7 @@ def test_the_tiers_arm_serves_the_record_verified_once_for_its_checkpoint(stand_
 
 def test_the_tiers_arm_serves_a_given_record_without_verifying_one(stand_in, monkeypatch, tmp_path):
     from corun_sglang.probes import verify_tiers
-    from corun_sglang.records import tier_record
+    from corun_sglang.records.record import TiersRecord
 
     out, argv = stand_in
 
@@ -200,7 +200,7 @@ def test_the_tiers_arm_serves_a_given_record_without_verifying_one(stand_in, mon
 
     monkeypatch.setattr(verify_tiers, "verify", verify)
     given = tmp_path / "record.json"
-    given.write_text(json.dumps(tier_record.Record(n=256, tiers=(96, 128), environment={"gpu": "G"}, rejected={}).to_json()))
+    TiersRecord(n=256, tiers=(96, 128), environment={"gpu": "G"}, rejected={}).write(given)
     argv += ["--arms", "STD,CoRun-tiers", "--tiers", str(given)]
     assert run.main(argv) == 0
     rows = {r["arm"]: r for r in map(json.loads, out.read_text().splitlines())}
@@ -213,15 +213,15 @@ def test_the_tiers_arm_serves_a_given_record_without_verifying_one(stand_in, mon
 def test_an_arm_env_reaches_the_arms_server_its_tiers_verification_and_its_rows(stand_in, monkeypatch,
                                                                               stand_in_server):
     from corun_sglang.probes import verify_tiers
-    from corun_sglang.records import tier_record
+    from corun_sglang.records.record import TiersRecord
 
     out, argv = stand_in
     verified = []
 
     def verify(model_path, candidates, n, out, log, server_args=(), static_gb=None, env=None, **_):
         verified.append((out.name, env))
-        record = tier_record.Record(n=n, tiers=(32, 128), environment={"gpu": "G"}, rejected={})
-        out.write_text(json.dumps(record.to_json()))
+        record = TiersRecord(n=n, tiers=(32, 128), environment={"gpu": "G"}, rejected={})
+        record.write(out)
         return record
 
     monkeypatch.setattr(verify_tiers, "verify", verify)
@@ -237,13 +237,13 @@ def test_an_arm_env_reaches_the_arms_server_its_tiers_verification_and_its_rows(
 
 def test_corun_rows_record_what_calibration_served_and_the_ablation_turns_it_off(stand_in, monkeypatch):
     from corun_sglang.probes import verify_tiers
-    from corun_sglang.records import tier_record
+    from corun_sglang.records.record import TiersRecord
 
     out, argv = stand_in
 
     def verify(model_path, candidates, n, out, log, server_args=(), static_gb=None, env=None, **_):
-        record = tier_record.Record(n=n, tiers=(128,), environment={"gpu": "G"}, rejected={})
-        out.write_text(json.dumps(record.to_json()))
+        record = TiersRecord(n=n, tiers=(128,), environment={"gpu": "G"}, rejected={})
+        record.write(out)
         return record
 
     monkeypatch.setattr(verify_tiers, "verify", verify)

@@ -24,7 +24,7 @@ def test_the_records_a_slice_names_load_and_share_one_environment():
     pack record made in one environment: the server refuses either unless it matches the host."""
     import re
 
-    from corun_sglang.records import pack_record, tier_record
+    from corun_sglang.records.record import PackRecord, TiersRecord
 
     root = Path(__file__).resolve().parents[2]
     text = (root / "bench" / "slices.sh").read_text()
@@ -33,9 +33,9 @@ def test_the_records_a_slice_names_load_and_share_one_environment():
         found = dict(re.findall(r"--(tiers|pack) (docs/results/\S+\.json)", slice_text))
         records = {}
         if "tiers" in found:
-            records["tiers"] = tier_record.load(root / found["tiers"])
+            records["tiers"] = TiersRecord.load(root / found["tiers"])
         if "pack" in found:
-            records["pack"] = pack_record.load(root / found["pack"])
+            records["pack"] = PackRecord.load(root / found["pack"])
             assert records["pack"].needles and all(n > 0 for n in records["pack"].needles.values())
         for record in records.values():
             assert record.environment["gpu"] == "NVIDIA H200" and record.environment["tp_size"] == 1

@@ -11,9 +11,8 @@ import pytest
 from corun_sglang.core import config
 from corun_sglang.probes import calibration
 from corun_sglang.records import environment
-from corun_sglang.records.pack_record import Record as PackRecord
 from corun_sglang.core.packing import PackingError
-from corun_sglang.records.tier_record import Record as TiersRecord
+from corun_sglang.records.record import PackRecord, TiersRecord
 from corun_sglang.core import errors
 
 ENV = {"gpu": "NVIDIA H200"}
@@ -81,7 +80,7 @@ class FakeProbes:
         with open(log, "a") as f:
             f.write(environment.environment_line(ENV) + "\n")
         record = TiersRecord(n=n, tiers=self.tier_list, environment=ENV)
-        out.write_text(json.dumps(record.to_json()))
+        record.write(out)
         return record
 
     def pack(self, model_path, pack, out, log, server_args, progress):
@@ -91,7 +90,7 @@ class FakeProbes:
         if self.pack_fails:
             raise PackingError("a pack of 1024 tokens does not verify here")
         record = PackRecord(pack=pack, shortest=33, environment=ENV)  # the tiny Qwen3 shape's
-        out.write_text(json.dumps(record.to_json()))
+        record.write(out)
         return record
 
     def probes(self):

@@ -1,7 +1,6 @@
 """``pipeline``: a ``--corun`` start goes one way: check, records, defaults, SGLang resolves, freeze."""
 
 import dataclasses
-import json
 import re
 from pathlib import Path
 
@@ -11,8 +10,7 @@ from corun_sglang.core import config, refusals
 from corun_sglang.probes import calibration
 from corun_sglang.records import environment
 from corun_sglang.serving import pipeline
-from corun_sglang.records.pack_record import Record as PackRecord
-from corun_sglang.records.tier_record import Record as TiersRecord
+from corun_sglang.records.record import PackRecord, TiersRecord
 
 ENV = {"gpu": "NVIDIA H200"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,13 +26,13 @@ class Probes:
         self.calls += 1
         Path(log).write_text(environment.environment_line(ENV) + "\n")
         record = TiersRecord(n=n, tiers=(64, 128), environment=ENV)
-        out.write_text(json.dumps(record.to_json()))
+        record.write(out)
         return record
 
     def pack(self, model_path, pack, out, log, server_args, progress):
         self.calls += 1
         record = PackRecord(pack=pack, shortest=33, environment=ENV)
-        out.write_text(json.dumps(record.to_json()))
+        record.write(out)
         return record
 
 

@@ -1,7 +1,6 @@
 """``--corun`` through every way a user sets SGLang options, on the real ServerArgs."""
 
 import dataclasses
-import json
 import multiprocessing
 import os
 import pickle
@@ -61,10 +60,10 @@ def test_n_is_max_running_requests(parse):
 
 
 def _record(tmp_path, n=256, tiers=(72, 128)):
-    from corun_sglang.records.tier_record import Record
+    from corun_sglang.records.record import TiersRecord
 
     path = tmp_path / "tiers.json"
-    path.write_text(json.dumps(Record(n=n, tiers=tiers, environment={"gpu": "NVIDIA H200"}).to_json()))
+    TiersRecord(n=n, tiers=tiers, environment={"gpu": "NVIDIA H200"}).write(path)
     return str(path)
 
 
@@ -101,10 +100,10 @@ def test_tier_candidates_are_captured_unverified(parse):
 
 
 def _pack_record(tmp_path, pack=1024, shortest=33):
-    from corun_sglang.records.pack_record import Record
+    from corun_sglang.records.record import PackRecord
 
     path = tmp_path / "pack.json"
-    path.write_text(json.dumps(Record(pack=pack, shortest=shortest, environment={"gpu": "NVIDIA H200"}).to_json()))
+    PackRecord(pack=pack, shortest=shortest, environment={"gpu": "NVIDIA H200"}).write(path)
     return str(path)
 
 

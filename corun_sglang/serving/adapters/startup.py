@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from corun_sglang.records import environment, pack_record
+from corun_sglang.records import environment
+from corun_sglang.records.record import pack_candidate_line
 from corun_sglang.serving.adapters import state
 from corun_sglang.serving.startup import check_startup
 from corun_sglang.core.stops import CorunContractError
@@ -41,7 +42,7 @@ def decode_graph_runner_init(result, self, model_runner, *args, **kwargs):
     if any(item.record is None for item in served):  # unverified candidates: tell the verifier where they ran
         logger.warning(environment.environment_line(env))
     if cfg.prefill_pack is not None and cfg.pack_record is None:
-        logger.warning(pack_record.candidate_line(cfg.prefill_pack, cfg.prefill_pack_shortest, cfg.prefill_pack_kernel))
+        logger.warning(pack_candidate_line(cfg.prefill_pack, cfg.prefill_pack_shortest, cfg.prefill_pack_kernel))
     problem = environment.foreign(served, env)
     if problem:
         raise CorunContractError(problem)

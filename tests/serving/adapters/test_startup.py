@@ -12,12 +12,11 @@ from corun_sglang.core.stops import CorunContractError
 
 def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate_logs_its_own(
         make_args, tmp_path, monkeypatch, caplog):
-    import json
-
-    from corun_sglang.records import environment, pack_record
+    from corun_sglang.records import environment
+    from corun_sglang.records.record import PackRecord, pack_candidate_from_log
 
     path = tmp_path / "pack.json"
-    path.write_text(json.dumps(pack_record.Record(pack=PACK, shortest=33, environment={"gpu": "A"}).to_json()))
+    PackRecord(pack=PACK, shortest=33, environment={"gpu": "A"}).write(path)
     monkeypatch.setattr(startup.state, "environment", lambda model_runner: {"gpu": "B"})
     graphs = types.SimpleNamespace(capture_bs=[256])
 
@@ -36,5 +35,5 @@ def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate
     with caplog.at_level("WARNING"):
         assert startup.decode_graph_runner_init("built", graphs, runner(corun_prefill_pack_candidate=PACK)) == "built"
     assert environment.environment_from_log(caplog.text) == {"gpu": "B"}
-    assert pack_record.candidate_from_log(caplog.text) == {"pack": PACK, "shortest": 33, "kernel": "fa2"}
+    assert pack_candidate_from_log(caplog.text) == {"pack": PACK, "shortest": 33, "kernel": "fa2"}
     assert startup.decode_graph_runner_init("built", graphs, runner()) == "built"  # nothing to verify
