@@ -5,6 +5,8 @@ The stand-in targets are real functions and classes of this module, checked by t
 that checks SGLang's.
 """
 
+import dataclasses
+
 import pytest
 
 from corun_sglang.serving import bindings, hooks, startup
@@ -65,8 +67,8 @@ def test_matching_stand_ins_pass():
 
 def test_a_hook_target_that_does_not_resolve_is_left_to_the_hook_check(monkeypatch):
     renamed = "sglang.srt.managers.scheduler.Scheduler.renamed_method"
-    monkeypatch.setattr(hooks, "HOOKS", hooks.HOOKS + (
-        hooks.Hook(renamed, hooks.HookType.AROUND, "corun_sglang.serving.adapters.startup:scheduler_init"),))
+    scheduler_init = next(h for h in hooks.HOOKS if h.target.endswith(".Scheduler.__init__"))
+    monkeypatch.setattr(hooks, "HOOKS", hooks.HOOKS + (dataclasses.replace(scheduler_init, target=renamed),))
     assert bindings.problems((bindings.Parameters(renamed, ("server_args",), "adapters.startup.scheduler_init"),)) == []
 
 

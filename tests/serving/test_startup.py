@@ -1,5 +1,6 @@
 """``startup``: the fail-closed check names each cause and its fix."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,13 @@ def _unpatched(folder: Path) -> Path:
     return folder
 
 
+def _stray(hooks, **changes):
+    """The hook on ``Scheduler.__init__`` moved to a target nothing hooks."""
+    scheduler_init = next(h for h in hooks.HOOKS if h.target.endswith(".Scheduler.__init__"))
+    return dataclasses.replace(scheduler_init, target="sglang.srt.managers.scheduler.Scheduler.event_loop_normal",
+                               **changes)
+
+
 def test_missing_patch_names_the_command(sglang_plugins, tmp_path):
     tmp_path = _unpatched(tmp_path)
     (problem,) = startup.problems(sglang_root=tmp_path)
@@ -36,12 +44,7 @@ def test_a_hook_whose_target_a_missing_patch_creates_is_reported_as_the_patch(sg
     from corun_sglang.serving import hooks
 
     # hooks.register leaves out a hook of a missing patch, so its target does not carry its adapter
-    left_out = hooks.Hook(
-        "sglang.srt.managers.scheduler.Scheduler.event_loop_normal",
-        hooks.HookType.AROUND,
-        "corun_sglang.serving.adapters.startup:scheduler_init",
-        patch="0001",
-    )
+    left_out = _stray(hooks, patch="0001")
     monkeypatch.setattr(hooks, "HOOKS", hooks.HOOKS + (left_out,))
     (problem,) = startup.problems(sglang_root=_unpatched(tmp_path))
     assert problem.startswith("SGLang patches not applied: 0001")
@@ -65,11 +68,7 @@ def test_corun_refuses_to_start_when_a_hook_is_missing(sglang_plugins, make_args
     from corun_sglang.core import config
     from corun_sglang.serving import hooks
 
-    stray = hooks.Hook(
-        "sglang.srt.managers.scheduler.Scheduler.event_loop_normal",
-        hooks.HookType.AROUND,
-        "corun_sglang.serving.adapters.startup:scheduler_init",
-    )
+    stray = _stray(hooks)
     monkeypatch.setattr(hooks, "HOOKS", hooks.HOOKS + (stray,))
     with pytest.raises(config.CorunConfigError, match="event_loop_normal: resolved but not hooked"):
         make_args(corun=True)
