@@ -404,6 +404,16 @@ HOOKS: tuple[Hook, ...] = (
         upstream="A reduction with a fixed shard count and order, independent of the TP size, as an all-reduce "
                  "option.",
     ),
+    Hook(
+        "sglang.srt.model_executor.model_runner_components.weight_updater._unsupported_derived_weight_cache_error",
+        HookType.AROUND,
+        tp.weight_updates,
+        why="Cross-TP invariance: an online weight update is refused while a rank holds weights regrouped into "
+            "shards (TP size below K), which SGLang's loaders would overwrite in their own layout.",
+        sglang="Writes an update in place through each layer's weight loader, in the layout it loaded.",
+        upstream="A post-update hook (SGLang already asks this check of derived-weight caches), so the shards "
+                 "can be laid out again after an update.",
+    ),
     # (the LM head's vocabulary shards: prefill.lm_head_rows runs each head GEMM through tp.lm_head)
     # request-bound RNG
     Hook(

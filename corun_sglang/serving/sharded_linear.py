@@ -9,21 +9,22 @@ Invariants:
 - with one local shard (t = K) nothing is re-laid out and a column-parallel layer runs SGLang's own GEMM;
 - a prepared layer's ``weight`` holds the same numbers regrouped: a column-parallel layer's rows shard by
   shard (``tp_shards.column_order``), a row-parallel layer's storage shard-major, [K/t, out, in/K];
-  ``Shards`` records which, so nothing reads the regrouped weight as SGLang's layout unknowingly.
+  ``Shards`` records which (held beside the layer, never on it), and while any weight is regrouped
+  (``regrouped``) SGLang's online weight updates, which write in SGLang's layout, are refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
+import weakref
 from typing import Callable, Sequence
 
 import torch
 
 from corun_sglang.core import tp_shards
 
-#: The attribute a prepared layer carries its ``Shards`` in.
-ATTR = "_corun_shards"
+#: Each prepared layer's ``Shards``, dropped with the layer (nothing is kept on SGLang's modules).
+_LAYOUTS: "weakref.WeakKeyDictionary[torch.nn.Module, Shards]" = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +39,16 @@ class Shards:
     restore: torch.Tensor | None = None
 
 
+def shards_of(layer: torch.nn.Module) -> Shards | None:
+    """The layout ``prepare_*`` gave ``layer``, or None: the layer is SGLang's as it loaded."""
+    return _LAYOUTS.get(layer)
+
+
+def regrouped() -> bool:
+    """Whether this process holds a weight regrouped for more than one local shard (t < K)."""
+    return any(shards.count > 1 for shards in list(_LAYOUTS.values()))
+
+
 def ordered_sum(partials: Sequence[torch.Tensor]) -> torch.Tensor:
     """``((p0 + p1) + p2) + ...`` in float32, rounded once to the partials' dtype (``tp_shards.REDUCTION``)."""
     total = partials[0].to(torch.float32)
@@ -46,9 +57,19 @@ def ordered_sum(partials: Sequence[torch.Tensor]) -> torch.Tensor:
     return total.to(partials[0].dtype)
 
 
-def _as_layer(weight: torch.Tensor, like: torch.nn.Module) -> types.SimpleNamespace:
+class _Shard:
+    """One shard's weight, standing in for its layer in ``quant_method.apply`` (never prepared itself)."""
+
+    __slots__ = ("weight", "use_intel_amx_backend", "__weakref__")
+
+    def __init__(self, weight: torch.Tensor, like: torch.nn.Module):
+        self.weight = weight
+        self.use_intel_amx_backend = getattr(like, "use_intel_amx_backend", False)
+
+
+def _as_layer(weight: torch.Tensor, like: torch.nn.Module) -> _Shard:
     """A stand-in for ``like`` holding one shard's ``weight``, for ``quant_method.apply``."""
-    return types.SimpleNamespace(weight=weight, use_intel_amx_backend=getattr(like, "use_intel_amx_backend", False))
+    return _Shard(weight, like)
 
 
 def prepare_column(layer: torch.nn.Module, k: int, tp: int, rank: int) -> None:
@@ -63,7 +84,7 @@ def prepare_column(layer: torch.nn.Module, k: int, tp: int, rank: int) -> None:
             if getattr(layer, "bias", None) is not None:
                 layer.bias.data.copy_(layer.bias.data.index_select(0, index))
         restore = torch.tensor(tp_shards.inverse(order), device=layer.weight.device)
-    setattr(layer, ATTR, Shards("column", rank * count, count, restore))
+    _LAYOUTS[layer] = Shards("column", rank * count, count, restore)
 
 
 def prepare_row(layer: torch.nn.Module, k: int, tp: int, rank: int) -> None:
@@ -76,7 +97,7 @@ def prepare_row(layer: torch.nn.Module, k: int, tp: int, rank: int) -> None:
         with torch.no_grad():
             blocks = layer.weight.data.view(out, count, width // count).transpose(0, 1).contiguous()
             layer.weight.data.copy_(blocks.view(out, width))
-    setattr(layer, ATTR, Shards("row", rank * count, count))
+    _LAYOUTS[layer] = Shards("row", rank * count, count)
 
 
 def prepare_head(layer: torch.nn.Module, k: int, tp: int, rank: int) -> None:
@@ -84,7 +105,7 @@ def prepare_head(layer: torch.nn.Module, k: int, tp: int, rank: int) -> None:
     count = tp_shards.local_shards(k, tp)
     if layer.weight.shape[0] % count:
         raise ValueError(f"{layer.weight.shape[0]} vocabulary rows do not split into {count} shards")
-    setattr(layer, ATTR, Shards("head", rank * count, count))
+    _LAYOUTS[layer] = Shards("head", rank * count, count)
 
 
 def _column_weights(layer: torch.nn.Module, shards: Shards) -> list[torch.Tensor]:
@@ -94,7 +115,7 @@ def _column_weights(layer: torch.nn.Module, shards: Shards) -> list[torch.Tensor
 
 def column_forward(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A prepared column-parallel layer's local output: one GEMM per local shard, in SGLang's layout."""
-    shards: Shards = getattr(layer, ATTR)
+    shards = _LAYOUTS[layer]
     bias = None if layer.skip_bias_add else layer.bias
     weights = _column_weights(layer, shards)
     rows = weights[0].shape[0]
@@ -109,7 +130,7 @@ def column_forward(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 def row_partials(layer: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     """A prepared row-parallel layer's local partials, one GEMM per local shard; the bias joins global
     shard 0's GEMM only (as SGLang adds it on rank 0 only)."""
-    shards: Shards = getattr(layer, ATTR)
+    shards = _LAYOUTS[layer]
     out, width = layer.weight.shape
     block = width // shards.count
     weights = layer.weight.view(shards.count, out, block) if shards.count > 1 else layer.weight.view(1, out, width)
@@ -136,7 +157,7 @@ def head_logits(layer: torch.nn.Module, hidden: torch.Tensor,
                 compute: Callable[[torch.Tensor, object], torch.Tensor]) -> torch.Tensor:
     """A prepared LM head's local logits: ``compute(hidden, head)`` (SGLang's own LM-head GEMM) once per
     local vocabulary shard, concatenated in shard order."""
-    shards: Shards = getattr(layer, ATTR)
+    shards = _LAYOUTS[layer]
     if shards.count == 1:
         return compute(hidden, layer)
     rows = layer.weight.shape[0] // shards.count

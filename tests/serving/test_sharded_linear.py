@@ -108,7 +108,7 @@ def test_at_tp_k_a_rank_computes_what_sglang_computes(tp_group, weights):
 def test_a_prepared_layer_holds_the_same_numbers_regrouped(tp_group, weights):
     w, _ = weights
     qkv, o, _, _ = _rank(w, 1, 0, 2)
-    shards = getattr(qkv, sharded_linear.ATTR)
+    shards = sharded_linear.shards_of(qkv)
     assert shards.count == 2 and torch.equal(qkv.weight.index_select(0, shards.restore),
                                              torch.cat([w["q"], w["k"], w["v"]]))
     assert torch.equal(o.weight.view(2, H, -1).transpose(0, 1).reshape(H, -1), w["o"])

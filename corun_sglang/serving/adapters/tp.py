@@ -2,7 +2,8 @@
 each parallel linear layer and the LM head as K fixed shards (``sharded_linear``).
 
 A layer ``shard_model`` did not prepare (no ``--corun-tp-invariant``, or a server without ``--corun``) runs
-SGLang's own forward: the pass-through costs one attribute lookup.
+SGLang's own forward: the pass-through costs one dictionary lookup. An online weight update, which writes
+in SGLang's layout, is refused while a weight is regrouped (``weight_updates``).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def shard_model(result, self, *args, **kwargs):
 
 def column_forward(original, self, input_, *args, **kwargs):
     """``ColumnParallelLinear.forward`` of a prepared layer: one GEMM per local shard."""
-    if getattr(self, sharded_linear.ATTR, None) is None:
+    if sharded_linear.shards_of(self) is None:
         return original(self, input_, *args, **kwargs)
     return sharded_linear.column_forward(self, input_), (self.bias if self.skip_bias_add else None)
 
@@ -83,7 +84,7 @@ def row_forward(original, self, input_, skip_all_reduce=False, forward_batch=Non
     summed in shard order (``sharded_linear.row_reduce``) in place of the all-reduce. Where SGLang leaves
     the sum to the caller's all-reduce, rank 0 hands it the sum and every other rank -0.0, which that
     all-reduce adds exactly (x + -0.0 is x for every x, -0.0 included), in any order."""
-    if getattr(self, sharded_linear.ATTR, None) is None:
+    if sharded_linear.shards_of(self) is None:
         return original(self, input_, skip_all_reduce=skip_all_reduce, forward_batch=forward_batch,
                         output_tensor=output_tensor)
     x = input_
@@ -102,8 +103,19 @@ def row_forward(original, self, input_, skip_all_reduce=False, forward_batch=Non
 def lm_head(original, self, hidden_states, lm_head, embedding_bias=None):
     """``LogitsProcessor._compute_lm_head`` (called through ``prefill.lm_head_rows``, the target's adapter) on
     a prepared head: SGLang's own LM-head GEMM per vocabulary shard, concatenated in shard order."""
-    if getattr(lm_head, sharded_linear.ATTR, None) is None:
+    if sharded_linear.shards_of(lm_head) is None:
         return original(self, hidden_states, lm_head, embedding_bias)
     if embedding_bias is not None:
         raise CorunContractError("--corun-tp-invariant: an LM head with an embedding bias is not sharded")
     return sharded_linear.head_logits(lm_head, hidden_states, lambda h, head: original(self, h, head, None))
+
+
+def weight_updates(original, *args, **kwargs):
+    """SGLang's check before every online weight update (disk, tensor, distributed, IPC): refused while this
+    rank holds regrouped weights, which the loaders would write as SGLang lays them out. The answer is the
+    same on every rank (each holds K/t shards), so no update proceeds on some ranks only."""
+    if sharded_linear.regrouped():
+        return ("Online weight updates are not supported with --corun-tp-invariant at a TP size below K: the "
+                "weights are regrouped into shards, and an update would be written in SGLang's layout. Fix: "
+                "serve at --tp-size K, where nothing is regrouped, or restart the server on the new weights")
+    return original(*args, **kwargs)

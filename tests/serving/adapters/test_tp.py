@@ -2,6 +2,7 @@
 SGLang's own; ``shard_model`` prepares every parallel layer of a loaded model, or refuses a model that does
 not split into K shards."""
 
+import gc
 import types
 
 import pytest
@@ -23,6 +24,13 @@ def _layers(tp_size=1, rank=0):
     for layer in (qkv, o):
         layer.weight.data.copy_(torch.randn_like(layer.weight, dtype=torch.float32).to(torch.bfloat16) * 0.1)
     return qkv, o
+
+
+def _head(weight: torch.Tensor) -> torch.nn.Module:
+    """An LM head as ``_compute_lm_head`` reads one: a module with a ``weight``."""
+    head = torch.nn.Module()
+    head.weight = torch.nn.Parameter(weight, requires_grad=False)
+    return head
 
 
 def _not_called(*args, **kwargs):
@@ -78,7 +86,7 @@ def _runner(heads=4, kv=2, extra=()):
     model.qkv_proj, model.o_proj = qkv, o
     for i, module in enumerate(extra):
         model.add_module(f"extra{i}", module)
-    model.lm_head = types.SimpleNamespace(weight=torch.zeros(128, H))
+    model.lm_head = _head(torch.zeros(128, H))
     hf = types.SimpleNamespace(num_attention_heads=heads, num_key_value_heads=kv, intermediate_size=128,
                                vocab_size=128)
     return types.SimpleNamespace(tp_size=1, tp_rank=0, model=model, model_config=types.SimpleNamespace(hf_config=hf))
@@ -98,7 +106,7 @@ def test_shard_model_prepares_every_parallel_layer_and_the_head(tp_invariant):
     tp_invariant(2)
     runner = _runner()
     assert tp.shard_model("loaded", runner) == "loaded"
-    kinds = {name: getattr(getattr(runner.model, name), sharded_linear.ATTR).kind
+    kinds = {name: sharded_linear.shards_of(getattr(runner.model, name)).kind
              for name in ("qkv_proj", "o_proj", "lm_head")}
     assert kinds == {"qkv_proj": "column", "o_proj": "row", "lm_head": "head"}
 
@@ -119,14 +127,14 @@ def test_without_the_option_nothing_is_prepared(serving, tp_group):
     serving(True)
     runner = _runner()
     tp.shard_model(None, runner)
-    assert getattr(runner.model.qkv_proj, sharded_linear.ATTR, None) is None
+    assert sharded_linear.shards_of(runner.model.qkv_proj) is None
 
 
 def test_the_lm_head_target_runs_one_head_gemm_per_vocabulary_shard(serving, tp_group):
     from corun_sglang.serving.adapters import prefill
 
     serving(True)
-    head = types.SimpleNamespace(weight=torch.randn(8, H))
+    head = _head(torch.randn(8, H))
     sharded_linear.prepare_head(head, 2, 1, 0)
     seen = []
 
@@ -138,5 +146,22 @@ def test_the_lm_head_target_runs_one_head_gemm_per_vocabulary_shard(serving, tp_
     logits = prefill.lm_head_rows(original, None, x, head)
     assert seen == [4, 4] and torch.equal(logits, torch.cat([x @ head.weight[:4].T, x @ head.weight[4:].T], -1))
     seen.clear()
-    plain = types.SimpleNamespace(weight=head.weight)
+    plain = _head(head.weight)
     assert torch.equal(prefill.lm_head_rows(original, None, x, plain), x @ head.weight.T) and seen == [8]
+
+
+def test_an_online_weight_update_is_refused_while_weights_are_regrouped(tp_group, sglang_plugins):
+    from sglang.srt.model_executor.model_runner_components import weight_updater
+
+    gc.collect()  # the layers earlier tests regrouped
+    check = weight_updater._unsupported_derived_weight_cache_error
+    assert check() is None  # SGLang's own check: nothing regrouped yet, HPC-Ops off
+    qkv, _ = _layers(tp_size=2, rank=0)
+    sharded_linear.prepare_column(qkv, 2, 2, 0)  # one local shard: SGLang's layout
+    assert check() is None
+    regrouped, _ = _layers()
+    sharded_linear.prepare_column(regrouped, 2, 1, 0)
+    assert "--corun-tp-invariant" in check()
+    del regrouped
+    gc.collect()
+    assert check() is None
