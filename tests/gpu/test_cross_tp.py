@@ -11,13 +11,12 @@ drawn per rank, so TP 1 and TP 2 would serve different models). Environment: ``C
 
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from corun_sglang.core.compare import digest
-from corun_sglang.probes import generate
+from corun_sglang.core.compare import Generation, digest
+from corun_sglang.probes import generate, harness
 
 K = int(os.environ.get("CORUN_CROSS_TP_K", "2"))
 SIZES = [int(s) for s in os.environ.get("CORUN_CROSS_TP_SIZES", "1,2").split(",")]
@@ -33,11 +32,10 @@ def _body(prompt: list[int]) -> dict:
 def _runs(url: str, needles: list[list[int]], others: list[list[int]]) -> dict:
     """Each needle's digest alone (one request in flight), then among the others and every needle, all
     sent at once."""
-    alone = [digest(generate.generation(url, _body(p))) for p in needles]
-    with ThreadPoolExecutor(len(needles) + len(others)) as pool:
-        futures = [pool.submit(generate.generation, url, _body(p)) for p in needles + others]
-        among = [digest(f.result()) for f in futures[:len(needles)]]
-    return {"alone": alone, "among": among}
+    send = harness.http_sender(url)
+    alone = [digest(Generation.of_reply(send(_body(p)))) for p in needles]
+    replies = harness.together(send, [_body(p) for p in needles + others])
+    return {"alone": alone, "among": [digest(Generation.of_reply(r)) for r in replies[:len(needles)]]}
 
 
 @pytest.fixture(scope="module")
