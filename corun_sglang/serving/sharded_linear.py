@@ -40,8 +40,9 @@ class Shards:
 
 
 def shards_of(layer: torch.nn.Module) -> Shards | None:
-    """The layout ``prepare_*`` gave ``layer``, or None: the layer is SGLang's as it loaded."""
-    return _LAYOUTS.get(layer)
+    """The layout ``prepare_*`` gave ``layer``, or None: the layer is SGLang's as it loaded. A process that
+    prepared nothing answers without a lookup (every linear layer's forward asks)."""
+    return _LAYOUTS.get(layer) if _LAYOUTS else None
 
 
 def regrouped() -> bool:

@@ -2,7 +2,7 @@
 each parallel linear layer and the LM head as K fixed shards (``sharded_linear``).
 
 A layer ``shard_model`` did not prepare (no ``--corun-tp-invariant``, or a server without ``--corun``) runs
-SGLang's own forward: the pass-through costs one dictionary lookup. An online weight update, which writes
+SGLang's own forward: in a process that prepared nothing, the pass-through costs an emptiness check. An online weight update, which writes
 in SGLang's layout, is refused while a weight is regrouped (``weight_updates``).
 """
 
