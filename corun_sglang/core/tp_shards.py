@@ -14,7 +14,7 @@ the shape a rank of a TP-K server computes, and sums the K row-parallel partials
   the shape of a TP-K rank's;
 - a row-parallel layer computes one GEMM partial per local shard (input columns in K equal blocks), the
   ranks gather all K partials in shard order, and every rank sums them in float32 in shard order,
-  ``((p0 + p1) + p2) + ...``, rounding once to the activation dtype (``REDUCTION``): no collective's
+  ``((p0 + p1) + p2) + ...``, rounding once to the activation dtype: no collective's
   own summation order is used;
 - what no GEMM splits (embeddings, norms, rotary, per-head attention, activations) is computed per row
   and per head, and is taken as invariant to how many heads a rank holds; the GPU suite checks that
@@ -26,10 +26,6 @@ Pure functions of integers; nothing here imports torch or SGLang.
 from __future__ import annotations
 
 from typing import Sequence
-
-#: The row-parallel reduction every rank computes from the K gathered partials.
-REDUCTION = "float32 sum in shard order, then one rounding to the activation dtype"
-
 
 def local_shards(k: int, tp: int) -> int:
     """How many of the K shards one rank of a TP-``tp`` server computes."""

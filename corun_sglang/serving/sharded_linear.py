@@ -29,14 +29,17 @@ _LAYOUTS: "weakref.WeakKeyDictionary[torch.nn.Module, Shards]" = weakref.WeakKey
 
 @dataclasses.dataclass(frozen=True)
 class Shards:
-    """How a prepared layer's weight is laid out: ``first`` is the global number of its first local shard;
-    ``count`` local shards; ``restore`` (column-parallel) the output columns that put the shard-by-shard
-    output back in SGLang's local layout, None where the order is SGLang's own."""
+    """How a prepared layer's weight is laid out: ``held``, the global numbers of the shards this rank
+    computes (``tp_shards.shards_of_rank``); ``restore`` (column-parallel) the output columns that put the
+    shard-by-shard output back in SGLang's local layout, None where the order is SGLang's own."""
 
     kind: str  # "column", "row" or "head"
-    first: int
-    count: int
+    held: range
     restore: torch.Tensor | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.held)
 
 
 def shards_of(layer: torch.nn.Module) -> Shards | None:
@@ -51,7 +54,7 @@ def regrouped() -> bool:
 
 
 def ordered_sum(partials: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``((p0 + p1) + p2) + ...`` in float32, rounded once to the partials' dtype (``tp_shards.REDUCTION``)."""
+    """``((p0 + p1) + p2) + ...`` in float32, rounded once to the partials' dtype (the order ``tp_shards`` states)."""
     total = partials[0].to(torch.float32)
     for partial in partials[1:]:
         total = total + partial.to(torch.float32)
@@ -68,11 +71,6 @@ class _Shard:
         self.use_intel_amx_backend = getattr(like, "use_intel_amx_backend", False)
 
 
-def _as_layer(weight: torch.Tensor, like: torch.nn.Module) -> _Shard:
-    """A stand-in for ``like`` holding one shard's ``weight``, for ``quant_method.apply``."""
-    return _Shard(weight, like)
-
-
 def prepare_column(layer: torch.nn.Module, k: int, tp: int, rank: int) -> None:
     """Regroup a column-parallel layer's weight (and bias) rows shard by shard."""
     count = tp_shards.local_shards(k, tp)
@@ -85,7 +83,7 @@ def prepare_column(layer: torch.nn.Module, k: int, tp: int, rank: int) -> None:
             if getattr(layer, "bias", None) is not None:
                 layer.bias.data.copy_(layer.bias.data.index_select(0, index))
         restore = torch.tensor(tp_shards.inverse(order), device=layer.weight.device)
-    _LAYOUTS[layer] = Shards("column", rank * count, count, restore)
+    _LAYOUTS[layer] = Shards("column", tp_shards.shards_of_rank(k, tp, rank), restore)
 
 
 def prepare_row(layer: torch.nn.Module, k: int, tp: int, rank: int) -> None:
@@ -94,11 +92,11 @@ def prepare_row(layer: torch.nn.Module, k: int, tp: int, rank: int) -> None:
     count = tp_shards.local_shards(k, tp)
     if count > 1:
         out, width = layer.weight.shape
-        tp_shards.row_blocks(width, count)
+        tp_shards.row_blocks(width, count)  # raises where the columns do not split
         with torch.no_grad():
             blocks = layer.weight.data.view(out, count, width // count).transpose(0, 1).contiguous()
             layer.weight.data.copy_(blocks.view(out, width))
-    _LAYOUTS[layer] = Shards("row", rank * count, count)
+    _LAYOUTS[layer] = Shards("row", tp_shards.shards_of_rank(k, tp, rank))
 
 
 def prepare_head(layer: torch.nn.Module, k: int, tp: int, rank: int) -> None:
@@ -106,7 +104,7 @@ def prepare_head(layer: torch.nn.Module, k: int, tp: int, rank: int) -> None:
     count = tp_shards.local_shards(k, tp)
     if layer.weight.shape[0] % count:
         raise ValueError(f"{layer.weight.shape[0]} vocabulary rows do not split into {count} shards")
-    _LAYOUTS[layer] = Shards("head", rank * count, count)
+    _LAYOUTS[layer] = Shards("head", tp_shards.shards_of_rank(k, tp, rank))
 
 
 def _column_weights(layer: torch.nn.Module, shards: Shards) -> list[torch.Tensor]:
@@ -120,7 +118,7 @@ def column_forward(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     bias = None if layer.skip_bias_add else layer.bias
     weights = _column_weights(layer, shards)
     rows = weights[0].shape[0]
-    outs = [layer.quant_method.apply(_as_layer(w, layer), x,
+    outs = [layer.quant_method.apply(_Shard(w, layer), x,
                                      None if bias is None else bias[j * rows:(j + 1) * rows])
             for j, w in enumerate(weights)]
     if shards.count == 1:
@@ -139,8 +137,8 @@ def row_partials(layer: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     partials = []
     for j, (start, stop) in enumerate(tp_shards.row_blocks(width, shards.count)):
         chunk = x[..., start:stop].contiguous() if shards.count > 1 else x
-        partials.append(layer.quant_method.apply(_as_layer(weights[j], layer), chunk,
-                                                 bias if shards.first + j == 0 else None))
+        partials.append(layer.quant_method.apply(_Shard(weights[j], layer), chunk,
+                                                 bias if shards.held[j] == 0 else None))
     return partials
 
 
@@ -162,5 +160,5 @@ def head_logits(layer: torch.nn.Module, hidden: torch.Tensor,
     if shards.count == 1:
         return compute(hidden, layer)
     rows = layer.weight.shape[0] // shards.count
-    return torch.cat([compute(hidden, _as_layer(layer.weight[j * rows:(j + 1) * rows], layer))
+    return torch.cat([compute(hidden, _Shard(layer.weight[j * rows:(j + 1) * rows], layer))
                       for j in range(shards.count)], dim=-1)

@@ -139,3 +139,30 @@ def test_the_lm_head_runs_sglangs_own_gemm_per_vocabulary_shard(tp_group, weight
         part.weight.data.copy_(w["head"][rank * VOCAB // 2:(rank + 1) * VOCAB // 2])
         ranks.append(compute(x, part))
     assert logits.shape == (ROWS, VOCAB) and torch.equal(logits, torch.cat(ranks, dim=-1))
+
+
+def test_a_row_parallel_bias_joins_global_shard_0_only(tp_group, weights):
+    """As SGLang adds a row-parallel bias on rank 0 only: at TP 1 it joins the first shard's GEMM, at TP 2
+    rank 0's, so both sizes give the same bits (a bias on every shard would count it twice at TP 1)."""
+    from sglang.srt.layers.linear import RowParallelLinear
+
+    w, _ = weights
+    bias = torch.randn(H, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    y = torch.randn(ROWS, HEADS * HEAD, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+
+    def partials(tp: int, rank: int) -> list:
+        o = RowParallelLinear(HEADS * HEAD, H, bias=True, input_is_parallel=True, tp_rank=rank, tp_size=tp,
+                              params_dtype=torch.bfloat16)
+        o.weight_loader(o.weight, w["o"])
+        o.bias.data.copy_(bias)
+        sharded_linear.prepare_row(o, 2, tp, rank)
+        width = HEADS * HEAD // tp
+        return sharded_linear.row_partials(o, y[:, rank * width:(rank + 1) * width].contiguous())
+
+    one = sharded_linear.ordered_sum(partials(1, 0))
+    two = sharded_linear.ordered_sum(partials(2, 0) + partials(2, 1))
+    half = HEADS * HEAD // 2
+    linear = torch.nn.functional.linear
+    once = sharded_linear.ordered_sum([linear(y[:, :half], w["o"][:, :half], bias),
+                                       linear(y[:, half:], w["o"][:, half:].contiguous())])
+    assert torch.equal(one, once) and torch.equal(two, once)
