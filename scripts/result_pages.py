@@ -10,7 +10,9 @@ Invariants: each page is a pure function of the committed files it names (``demo
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +29,36 @@ def _where(record: dict) -> str:
     return (f"{gpu[0].strip()}{f' (`{gpu[2].strip()}`)' if len(gpu) > 2 else ''}, {record.get('software') or ''}, "
             f"commit {(record.get('commit') or '?')[:7]}, runtime `{record.get('runtime', '?')}`, "
             f"{record.get('started', '')}")
+
+
+#: How a ``--corun`` server's log names the calibration entry it served or wrote.
+_CALIBRATION_LINE = re.compile(r"corun calibration(?::| \[[^\]]*\]) (?:serving|first start in this environment: "
+                               r"calibrating into) \S*/([0-9a-f]{16})\b")
+
+
+def _served_calibration(folder: Path) -> str | None:
+    """The key of the calibration entry the demo's ``--corun`` server served, from its log (plain or gzipped)."""
+    for log in (folder / "demo.corun.log", folder / "demo.corun.log.gz"):
+        if log.is_file():
+            text = (gzip.open(log, "rt", errors="replace") if log.suffix == ".gz" else open(log, errors="replace"))
+            with text:
+                for line in text:
+                    if match := _CALIBRATION_LINE.search(line):
+                        return match.group(1)
+    return None
+
+
+def _calibration_note(folder: Path) -> list[str]:
+    """One paragraph on the calibration ``--corun`` served and what verifying it cost its first start."""
+    key = _served_calibration(folder)
+    path = folder.parents[1] / "calibration" / (key or "-") / "calibration.json"
+    if not key or not path.is_file():
+        return []
+    entry = json.loads(path.read_text())
+    return [f"`--corun` served calibration entry [{key}](calibration/{key}/): decode tiers {entry.get('tiers')} and "
+            f"a {entry.get('pack')}-token prefill pack, which the first start on this GPU kind verified in "
+            f"{entry.get('seconds')} s of probes. [calibration.md](calibration.md) has the measured first and later "
+            "starts.", ""]
 
 
 def demo_page(folder: Path) -> str | None:
@@ -47,7 +79,8 @@ def demo_page(folder: Path) -> str | None:
              "greedy): each prompt alone, then among concurrent co-runners. A prompt keeps its result when its "
              "tokens and the bits of its logprobs are the same.", "",
              f"Ran as GPU queue chunk `demo-smollm2` ([queue/demo-smollm2/](queue/demo-smollm2/)): {_where(_record(folder))}.",
-             "", "    corun-sglang demo --out demo.json", "", "```", demo.render(arms, concurrency), "```", ""]
+             "", *_calibration_note(folder), "    corun-sglang demo --out demo.json", "", "```",
+             demo.render(arms, concurrency), "```", ""]
     for name, arm in data["arms"].items():
         lines.append(f"- {demo.ARM_TITLES.get(name, name)}: `{' '.join(arm.get('command') or [])}`")
     return "\n".join(lines) + "\n"

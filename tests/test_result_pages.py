@@ -1,5 +1,6 @@
 """``scripts/result_pages.py``: the demo and calibration pages are drawn from the committed files alone."""
 
+import gzip
 import importlib.util
 import json
 import sys
@@ -51,3 +52,22 @@ def test_the_calibration_page_lists_entries_and_first_starts(tmp_path):
 
 def test_no_data_no_page(tmp_path):
     assert pages.write(tmp_path) == [] and not list(tmp_path.iterdir())
+
+
+def test_the_demo_page_names_the_calibration_its_corun_server_served(tmp_path):
+    folder = tmp_path / "queue" / "demo-smollm2"
+    folder.mkdir(parents=True)
+    data = demo.to_json({demo.CORUN: [_row("p1", None)]}, {"concurrency": 256}, {demo.CORUN: ["python", "--corun"]})
+    (folder / "demo.json").write_text(json.dumps(data))
+    entry = tmp_path / "calibration" / "f0ea7cc1324859ad"
+    entry.mkdir(parents=True)
+    (entry / "calibration.json").write_text(json.dumps({"key": "f0ea7cc1324859ad", "tiers": [64, 128], "pack": 1024,
+                                                        "seconds": 229.3, "parts": {}}))
+    with gzip.open(folder / "demo.corun.log.gz", "wt") as log:
+        log.write("[t] corun calibration: serving /tmp/corun-cache/calibration/f0ea7cc1324859ad\n")
+    pages.write(tmp_path)
+    text = (tmp_path / "demo.md").read_text()
+    assert "[f0ea7cc1324859ad](calibration/f0ea7cc1324859ad/)" in text and "229.3 s of probes" in text
+    (folder / "demo.corun.log.gz").unlink()  # no log, no claim about the calibration
+    pages.write(tmp_path)
+    assert "f0ea7cc1324859ad" not in (tmp_path / "demo.md").read_text()
