@@ -214,6 +214,9 @@ def stage(gpu_dir: Path, fa3: bool, smollm2: bool) -> list[dict]:
         files += [(p, "", p.stat().st_size) for p in sorted(gpu_dir.glob("smollm2/*.whl"))]
     if not files:
         raise SystemExit(f"nothing to stage in {gpu_dir}: run ../shared/gpu-host/fetch.sh {gpu_dir} first")
+    if not (gpu_dir / "bin" / "flashinfer-aot-sm90-sampling.tar.gz").exists():
+        print(f"note: no prebuilt FlashInfer sampling module in {gpu_dir}/bin, so default SGLang compiles it on the "
+              "host (scripts/flashinfer_aot.py build makes it)", file=sys.stderr)
     capacity = CALL_BYTES - tree_bytes()
     bin_bytes = sum(p.stat().st_size for p in (gpu_dir / "bin").iterdir())
     calls = plan_calls(files + [(gpu_dir / "bin", "bin", bin_bytes)], capacity)
@@ -282,6 +285,7 @@ def install(fa3: bool) -> int:
     steps = [["bash", str(bin_dir / "install.sh"), "--install"]]
     if fa3:
         steps.append(["bash", str(bin_dir / "install.sh"), "--fa3"])
+    steps.append([sys.executable, str(ROOT / "scripts" / "flashinfer_aot.py"), "check"])
     steps += [[sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", SITE,
                str(ROOT)], ["corun-sglang", "apply-patches"], ["corun-sglang", "doctor"]]
     for step in steps:
