@@ -53,7 +53,7 @@ def start(model: Path, args: list[str], log: Path, static_gb: float | None) -> d
         server.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="qwen3-8b", help="smollm2 or a synthetic shape")
     parser.add_argument("--server-args", default="", help="the serving command's options beyond --corun")
@@ -61,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--later", action="store_true", help="also time a later start serving the cache")
     parser.add_argument("--checkpoints", default="/tmp/first-start", help="where checkpoints are made")
     parser.add_argument("--out", default="first_start.json")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     model = checkpoint(args.shape, Path(args.checkpoints))

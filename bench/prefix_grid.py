@@ -99,9 +99,8 @@ def prefill_ms(url: str, prompt: list[int], repeats: int) -> float:
     return statistics.median(times)
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     from bench import common
-    from corun_sglang.probes.launch import Server
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_options(parser, out="prefix_grid.json", server_args="--attention-backend flashinfer")
@@ -111,7 +110,14 @@ def main(argv=None) -> int:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--static-gb", type=float, default=40.0)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    from bench import common
+    from corun_sglang.probes.launch import Server
+
+    args = build_parser().parse_args(argv)
     ckpt = common.prepare(args)
     vocab = json.loads((Path(ckpt) / "config.json").read_text())["vocab_size"]
     lengths = [int(n) for n in args.lengths.split(",")]

@@ -39,6 +39,7 @@ import asyncio
 import collections
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -301,7 +302,7 @@ def tiers_record(args, label: str, ckpt, shared: list[str], env: dict[str, str] 
     return TiersRecord.load(path)
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_options(parser, out="docs/results/bench/runs.jsonl", server_args="--incremental-streaming-output")
     parser.add_argument("--study", default="", help="the study these rows belong to (bench/slices.sh: the slice)")
@@ -338,18 +339,34 @@ def main(argv=None) -> int:
                              "repetitions it holds are not run again; new rows still go to --out")
     parser.add_argument("--tp-size", type=int, default=1,
                         help="tensor-parallel size; rows of TP > 1 are labelled SHAPE-tpN")
+    return parser
+
+
+def settle(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """What ``args`` names, checked before any server starts: the arms, each arm's extra options and
+    environment, and the workloads. An unknown name is a usage error."""
+    arms = arms_of(parser, args.arms)
+    extra = arm_args(args.arm_args, arms)
+    env = arm_env(args.arm_env, arms)
+    names = args.workloads.split(",")
+    unknown = [w for w in names if w not in workloads.ALL + workloads.PREFIX and not re.fullmatch(r"fixed-\d+-\d+", w)]
+    if unknown:
+        parser.error(f"unknown workloads {unknown}: one of {', '.join(workloads.ALL + workloads.PREFIX)} or "
+                     "fixed-IN-OUT")
+    if args.request_rate and workloads.SESSIONS in names:
+        parser.error(f"{workloads.SESSIONS}: a session sends its next turn when the last one ends (closed loop only)")
+    return arms, extra, env, names
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     from corun_sglang.probes.launch import Server
 
     out = Path(args.out)
     label = args.shape if args.tp_size == 1 else f"{args.shape}-tp{args.tp_size}"
-    arms = arms_of(parser, args.arms)
-    extra = arm_args(args.arm_args, arms)
-    env = arm_env(args.arm_env, arms)
-    names = args.workloads.split(",")
-    if args.request_rate and workloads.SESSIONS in names:
-        parser.error(f"{workloads.SESSIONS}: a session sends its next turn when the last one ends (closed loop only)")
+    arms, extra, env, names = settle(parser, args)
     concurrencies = ([f"rate={float(r):g}" for r in args.request_rate.split(",")] if args.request_rate
                      else [int(c) for c in args.concurrency.split(",")])
     done = set().union(*(done_reps(Path(p), arms) for p in [out, *args.done]))

@@ -1,7 +1,12 @@
 """``scripts/gpu_queue.py``: chunks load strictly, pending follows the runtime, staging fits the carry limit."""
 
+import argparse
+import ast
+import importlib
 import importlib.util
 import math
+import re
+import shlex
 import shutil
 import sys
 import time
@@ -9,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_queue.py"
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_queue.py"
 spec = importlib.util.spec_from_file_location("gpu_queue", SCRIPT)
 queue = importlib.util.module_from_spec(spec)
 sys.modules["gpu_queue"] = queue  # dataclasses resolve their module by name
@@ -194,3 +200,131 @@ def test_the_committed_queue_page_and_results_readme_are_current_for_head():
     assert queue.PAGE.read_text() == queue.page(chunks, records, runtime)
     readme = (queue.RESULTS / "README.md").read_text()
     assert queue.with_pages(readme, queue.pages(chunks, records, runtime)) == readme
+
+
+# ------------------------------------------------- every chunk's command names what exists (a GPU run is scarce)
+
+def _words(command: str) -> tuple[dict[str, str], list[str]]:
+    """A chunk's command as its environment and argv: ``$R`` a folder, a ``$(...)`` substitution a path."""
+    command = re.sub(r"\$\((?:[^()]|\([^()]*\))*\)", "/tmp/checkpoint", command).replace("$R", "/tmp/results")
+    words = shlex.split(command)
+    env = {}
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    return env, words
+
+
+def _parse(parser, argv: list[str], what: str):
+    try:
+        return parser.parse_args(argv)
+    except SystemExit:
+        pytest.fail(f"{what}: {' '.join(argv)!r} does not parse")
+
+
+def _server(argv: list[str], what: str) -> None:
+    """``argv`` parses as a launch_server command line with corun-sglang's options."""
+    from corun_sglang.serving.server_args import CorunServerArgs
+
+    parser = argparse.ArgumentParser(prog=what)
+    CorunServerArgs.add_cli_args(parser)
+    _parse(parser, ["--model-path", "m", *argv], what)
+
+
+def _shapes() -> set[str]:
+    from corun_sglang.tools import models, synthetic
+
+    return set(synthetic.SHAPES) | set(models.MODELS)
+
+
+def _dict_keys(path: Path, name: str) -> set[str]:
+    """The keys of the dict literal a module assigns to ``name`` (the GPU tests import nothing here)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return {ast.literal_eval(k) for k in node.value.keys}
+    raise AssertionError(f"{path}: no {name}")
+
+
+def _selected(files: list[Path], expression: str | None) -> list[str]:
+    """The test functions of ``files`` a ``-k`` expression selects (matched, as pytest does, against the test's
+    name and its module's)."""
+    from _pytest.mark.expression import Expression
+
+    tests = [(f.name, node.name) for f in files for node in ast.parse(f.read_text()).body
+             if isinstance(node, ast.FunctionDef) and node.name.startswith("test")]
+    if not expression:
+        return [name for _, name in tests]
+    compiled = Expression.compile(expression)
+    return [name for module, name in tests
+            if compiled.evaluate(lambda ident, **_: any(ident.lower() in n.lower() for n in (module, name)))]
+
+
+def _check_bench(chunk, argv: list[str]) -> None:
+    module = importlib.import_module(argv[0])
+    parser = module.build_parser()
+    args = _parse(parser, argv[1:], chunk.id)
+    assert args.shape in _shapes(), f"{chunk.id}: shape {args.shape}"
+    shared = args.server_args.split()
+    if argv[0] == "bench.run":
+        arms, extra, _, _ = module.settle(parser, args)
+        for arm in arms:
+            _server([*module.ARMS[arm], *extra[arm], "--tp-size", str(args.tp_size), *shared], f"{chunk.id} {arm}")
+    else:
+        _server(["--corun", *shared] if argv[0] == "bench.first_start" else shared, chunk.id)
+
+
+def _check_pytest(chunk, env: dict[str, str], argv: list[str]) -> None:
+    files = [ROOT / a for a in argv if a.endswith(".py")]
+    assert files and all(f.is_file() for f in files), f"{chunk.id}: test files {files}"
+    expression = argv[argv.index("-k") + 1] if "-k" in argv else None
+    assert _selected(files, expression), f"{chunk.id}: -k {expression!r} selects no test of {files}"
+    arms = _dict_keys(ROOT / "tests" / "gpu" / "test_suite.py", "ARMS")
+    unknown = set(filter(None, env.get("CORUN_SUITE_ARMS", "").split(","))) - arms
+    assert not unknown, f"{chunk.id}: CORUN_SUITE_ARMS names unknown arms {sorted(unknown)}"
+    shapes = set(filter(None, (env.get("CORUN_SUITE_SHAPES", "") + "," + env.get("CORUN_SHAPE", "")).split(",")))
+    assert shapes <= _shapes(), f"{chunk.id}: unknown shapes {sorted(shapes - _shapes())}"
+    for name in ("CORUN_SUITE_SERVER_ARGS", "CORUN_SERVER_ARGS"):
+        if name in env:
+            _server(env[name].split(), f"{chunk.id} {name}")
+    if "CORUN_SUITE_CORUN_ARGS" in env:
+        corun = env["CORUN_SUITE_CORUN_ARGS"].split()
+        _server(["--corun", *corun], f"{chunk.id} CORUN_SUITE_CORUN_ARGS")
+        from corun_sglang.core import requests_check
+
+        if requests_check.MEASURE_OPTION in corun:
+            named = set(corun[corun.index(requests_check.MEASURE_OPTION) + 1].split(","))
+            measurable = {p.name for p in requests_check.PARAMETERS if p.measure}
+            assert named <= measurable, f"{chunk.id}: not measurable: {sorted(named - measurable)}"
+
+
+@pytest.mark.parametrize("chunk", queue.load(), ids=lambda c: c.id)
+def test_every_chunk_command_parses_and_names_what_exists(chunk, sglang_plugins):
+    """What a GPU run would find out at its first second: options that do not parse, an arm, shape, workload,
+    test or script that does not exist, a ``-k`` that selects nothing."""
+    env, argv = _words(chunk.command)
+    if argv[:2] == ["python3", "-m"] and argv[2].startswith("bench."):
+        _check_bench(chunk, argv[2:])
+    elif argv[:3] == ["python3", "-m", "pytest"]:
+        _check_pytest(chunk, env, argv[3:])
+    elif argv[0] == "corun-sglang":
+        from corun_sglang.commands import cli
+
+        _parse(cli.build_parser(), argv[1:], chunk.id)
+    elif argv[0] == "bash":
+        assert (ROOT / argv[1]).is_file(), f"{chunk.id}: {argv[1]}"
+    else:
+        pytest.fail(f"{chunk.id}: a command of a kind this check does not know: {argv[:3]}")
+
+
+@pytest.mark.parametrize("command", [
+    "python3 -m bench.run --arms STD,CoRun-typo --workloads sharegpt",  # an arm that does not exist
+    "python3 -m bench.run --arms STD --workloads sharegtp",  # a workload that does not exist
+    "python3 -m bench.first_start --shape smollm2 --server-args='--chunked-prefil-size 2048'",  # a misspelt option
+    "CORUN_SUITE_ARMS=corun python3 -m pytest tests/gpu/test_suite.py -k test_n",  # a scenario renamed away
+    "CORUN_SUITE_ARMS=corun,radix python3 -m pytest tests/gpu/test_suite.py",  # an arm of another harness
+    "CORUN_SUITE_CORUN_ARGS='--corun-measure top_logprobs_num,seed' python3 -m pytest tests/gpu/test_suite.py",
+])
+def test_the_command_check_catches_what_a_gpu_run_would(command, sglang_plugins):
+    with pytest.raises((AssertionError, SystemExit, pytest.fail.Exception)):
+        test_every_chunk_command_parses_and_names_what_exists(
+            queue.Chunk(id="broken", title="broken", command=command, minutes=1, evidence="runtime"), sglang_plugins)
