@@ -4,6 +4,8 @@ and what comes back filed under ``docs/results``.
 
 usage (here, in the repository root):
     scripts/gpu_queue.py pending                  the chunks still to run, in order, with why
+    scripts/gpu_queue.py pending --fit S [--host h100|h200|x2]
+                                                  those of them that fit S seconds of device time on that host
     scripts/gpu_queue.py stage [--fa3] [--smollm2]
                                                   regroups ./.gpu (after fetch.sh) into device calls that fit
                                                   and prints them: carry and command, back to back
@@ -396,6 +398,32 @@ def ingest(chunk: Chunk, files_at: Path) -> dict:
     return json.loads((chunk.folder / "chunk.json").read_text())
 
 
+def expected_s(chunk: Chunk, record: dict | None) -> float:
+    """How long ``chunk`` should take: its last finished run's wall time, else its estimate."""
+    if record and record.get("rc") == 0 and record.get("wall_s") is not None:
+        return float(record["wall_s"])
+    return chunk.minutes * 60
+
+
+def runs_on(chunk: Chunk, host: str) -> bool:
+    """Whether ``chunk`` may run on ``host`` (``h100``, ``h200`` or ``x2``): "any" on every one-GPU host,
+    "h200" on an H200 only, "x2" on a two-GPU host only."""
+    return {"any": host in ("h100", "h200"), "h200": host == "h200", "x2": host == "x2"}[chunk.gpu]
+
+
+def fitting(todo: list[tuple[Chunk, str]], records: dict[str, dict | None], seconds: float,
+            host: str) -> list[Chunk]:
+    """The pending chunks, in queue order, that run on ``host`` and fit ``seconds`` one after another, each
+    taking ``expected_s``; a chunk that does not fit is passed over for a later, shorter one."""
+    out = []
+    for chunk, _ in todo:
+        need = expected_s(chunk, records.get(chunk.id))
+        if runs_on(chunk, host) and need <= seconds:
+            out.append(chunk)
+            seconds -= need
+    return out
+
+
 def page(chunks: list[Chunk], records: dict[str, dict | None], runtime: str) -> str:
     """docs/results/queue.md: each chunk with its state, where it ran and how long it took."""
     lines = ["# The GPU work queue", "",
@@ -492,7 +520,10 @@ def local(chunks: list[Chunk], records: dict[str, dict | None], runtime: str, pa
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", required=True)
-    sub.add_parser("pending")
+    p = sub.add_parser("pending")
+    p.add_argument("--fit", type=float, metavar="SECONDS",
+                   help="only the chunks, in order, that fit this much device time one after another")
+    p.add_argument("--host", choices=("h100", "h200", "x2"), default="h100", help="the host they run on (--fit)")
     p = sub.add_parser("stage")
     p.add_argument("--gpu-dir", default=".gpu")
     p.add_argument("--fa3", action="store_true")
@@ -528,8 +559,13 @@ def main(argv: list[str] | None = None) -> int:
     runtime = runtime_hash(None if args.verb in ("page", "ingest") else "HEAD")
     records = {c.id: record_of(c) for c in chunks}
     if args.verb == "pending":
-        for c, why in pending(chunks, records, runtime):
-            print(f"{c.id:28s} ~{c.minutes:g} min  gpu {c.gpu:4s} needs {','.join(c.needs) or '-':12s} {why}")
+        todo = pending(chunks, records, runtime)
+        if args.fit is not None:
+            picked = {c.id for c in fitting(todo, records, args.fit, args.host)}
+            todo = [(c, why) for c, why in todo if c.id in picked]
+        for c, why in todo:
+            print(f"{c.id:28s} ~{expected_s(c, records.get(c.id)) / 60:.1f} min  gpu {c.gpu:4s} "
+                  f"needs {','.join(c.needs) or '-':12s} {why}")
     elif args.verb == "stage":
         for call in stage(ROOT / args.gpu_dir, args.fa3, args.smollm2):
             print(json.dumps(call))

@@ -328,3 +328,17 @@ def test_the_command_check_catches_what_a_gpu_run_would(command, sglang_plugins)
     with pytest.raises((AssertionError, SystemExit, pytest.fail.Exception)):
         test_every_chunk_command_parses_and_names_what_exists(
             queue.Chunk(id="broken", title="broken", command=command, minutes=1, evidence="runtime"), sglang_plugins)
+
+
+def test_fitting_keeps_order_passes_over_what_does_not_fit_and_prefers_measured_time():
+    a, b, c, d = (_chunk(id=i, minutes=m) for i, m in (("a", 5), ("b", 7), ("c", 3), ("d", 1)))
+    big = _chunk(id="big", minutes=2, gpu="h200")
+    todo = [(x, "never ran") for x in (a, big, b, c, d)]
+    # b ran before (stale) in 100 s: its measured time counts, not its 7-minute estimate
+    records = {"b": {"rc": 0, "wall_s": 100.0, "runtime": "old"}}
+    assert [x.id for x in queue.fitting(todo, records, 600, "h100")] == ["a", "b", "c"]
+    assert [x.id for x in queue.fitting(todo, {}, 600, "h100")] == ["a", "c", "d"]  # b's estimate does not fit
+    assert [x.id for x in queue.fitting(todo, records, 600, "h200")] == ["a", "big", "b", "d"]
+    assert queue.fitting(todo, records, 600, "x2") == []
+    # a run that was cut says nothing of the whole chunk's time: the estimate stands
+    assert queue.expected_s(b, {"rc": 124, "wall_s": 50.0, "timed_out": True}) == 420
