@@ -222,13 +222,17 @@ def _parse(parser, argv: list[str], what: str):
         pytest.fail(f"{what}: {' '.join(argv)!r} does not parse")
 
 
-def _server(argv: list[str], what: str) -> None:
-    """``argv`` parses as a launch_server command line with corun-sglang's options."""
+def _server(argv: list[str], what: str) -> set[str]:
+    """``argv`` parses as a launch_server command line with corun-sglang's options; returns what of ``NEEDS``
+    that server uses: "fa3" where SGLang picks its attention backend itself (FA3 on Hopper) or is told FA3,
+    and --corun does not set FlashInfer."""
     from corun_sglang.serving.server_args import CorunServerArgs
 
     parser = argparse.ArgumentParser(prog=what)
     CorunServerArgs.add_cli_args(parser)
-    _parse(parser, ["--model-path", "m", *argv], what)
+    ns = _parse(parser, ["--model-path", "m", *argv], what)
+    backends = {ns.attention_backend, ns.prefill_attention_backend, ns.decode_attention_backend}
+    return {"fa3"} if "fa3" in backends or (not ns.corun and ns.attention_backend is None) else set()
 
 
 def _shapes() -> set[str]:
@@ -259,21 +263,25 @@ def _selected(files: list[Path], expression: str | None) -> list[str]:
             if compiled.evaluate(lambda ident, **_: any(ident.lower() in n.lower() for n in (module, name)))]
 
 
-def _check_bench(chunk, argv: list[str]) -> None:
+def _check_bench(chunk, argv: list[str]) -> set[str]:
     module = importlib.import_module(argv[0])
     parser = module.build_parser()
     args = _parse(parser, argv[1:], chunk.id)
     assert args.shape in _shapes(), f"{chunk.id}: shape {args.shape}"
+    uses = {"smollm2"} if args.shape == "smollm2" else set()
     shared = args.server_args.split()
     if argv[0] == "bench.run":
         arms, extra, _, _ = module.settle(parser, args)
         for arm in arms:
-            _server([*module.ARMS[arm], *extra[arm], "--tp-size", str(args.tp_size), *shared], f"{chunk.id} {arm}")
-    else:
-        _server(["--corun", *shared] if argv[0] == "bench.first_start" else shared, chunk.id)
+            uses |= _server([*module.ARMS[arm], *extra[arm], "--tp-size", str(args.tp_size), *shared],
+                            f"{chunk.id} {arm}")
+        return uses
+    if argv[0] == "bench.first_start":
+        return uses | _server(["--corun", *shared], chunk.id)
+    return uses | _server(["--prefill-max-requests", "1", *shared], chunk.id)  # bench.prefix_grid
 
 
-def _check_pytest(chunk, env: dict[str, str], argv: list[str]) -> None:
+def _check_pytest(chunk, env: dict[str, str], argv: list[str]) -> set[str]:
     files = [ROOT / a for a in argv if a.endswith(".py")]
     assert files and all(f.is_file() for f in files), f"{chunk.id}: test files {files}"
     expression = argv[argv.index("-k") + 1] if "-k" in argv else None
@@ -283,9 +291,10 @@ def _check_pytest(chunk, env: dict[str, str], argv: list[str]) -> None:
     assert not unknown, f"{chunk.id}: CORUN_SUITE_ARMS names unknown arms {sorted(unknown)}"
     shapes = set(filter(None, (env.get("CORUN_SUITE_SHAPES", "") + "," + env.get("CORUN_SHAPE", "")).split(",")))
     assert shapes <= _shapes(), f"{chunk.id}: unknown shapes {sorted(shapes - _shapes())}"
+    uses = {"smollm2"} & shapes
     for name in ("CORUN_SUITE_SERVER_ARGS", "CORUN_SERVER_ARGS"):
-        if name in env:
-            _server(env[name].split(), f"{chunk.id} {name}")
+        if name in env:  # the GPU tests' servers set FlashInfer unless these say otherwise
+            uses |= _server(env[name].split(), f"{chunk.id} {name}")
     if "CORUN_SUITE_CORUN_ARGS" in env:
         corun = env["CORUN_SUITE_CORUN_ARGS"].split()
         _server(["--corun", *corun], f"{chunk.id} CORUN_SUITE_CORUN_ARGS")
@@ -295,6 +304,7 @@ def _check_pytest(chunk, env: dict[str, str], argv: list[str]) -> None:
             named = set(corun[corun.index(requests_check.MEASURE_OPTION) + 1].split(","))
             measurable = {p.name for p in requests_check.PARAMETERS if p.measure}
             assert named <= measurable, f"{chunk.id}: not measurable: {sorted(named - measurable)}"
+    return uses
 
 
 @pytest.mark.parametrize("chunk", queue.load(), ids=lambda c: c.id)
@@ -303,17 +313,21 @@ def test_every_chunk_command_parses_and_names_what_exists(chunk, sglang_plugins)
     test or script that does not exist, a ``-k`` that selects nothing."""
     env, argv = _words(chunk.command)
     if argv[:2] == ["python3", "-m"] and argv[2].startswith("bench."):
-        _check_bench(chunk, argv[2:])
+        uses = _check_bench(chunk, argv[2:])
     elif argv[:3] == ["python3", "-m", "pytest"]:
-        _check_pytest(chunk, env, argv[3:])
+        uses = _check_pytest(chunk, env, argv[3:])
     elif argv[0] == "corun-sglang":
         from corun_sglang.commands import cli
 
         _parse(cli.build_parser(), argv[1:], chunk.id)
+        uses = {"smollm2"} if argv[1] == "demo" else set()  # the demo serves SmolLM2 from its package
     elif argv[0] == "bash":
         assert (ROOT / argv[1]).is_file(), f"{chunk.id}: {argv[1]}"
+        uses = set(chunk.needs) - {"router"}  # a script's servers are its own
     else:
         pytest.fail(f"{chunk.id}: a command of a kind this check does not know: {argv[:3]}")
+    # staged for what it uses, and nothing more: a missing wheel fails on the host, a needless one costs calls
+    assert uses == set(chunk.needs) - {"router"}, f"{chunk.id}: needs {sorted(chunk.needs)}, uses {sorted(uses)}"
 
 
 @pytest.mark.parametrize("command", [
@@ -323,6 +337,8 @@ def test_every_chunk_command_parses_and_names_what_exists(chunk, sglang_plugins)
     "CORUN_SUITE_ARMS=corun python3 -m pytest tests/gpu/test_suite.py -k test_n",  # a scenario renamed away
     "CORUN_SUITE_ARMS=corun,radix python3 -m pytest tests/gpu/test_suite.py",  # an arm of another harness
     "CORUN_SUITE_CORUN_ARGS='--corun-measure top_logprobs_num,seed' python3 -m pytest tests/gpu/test_suite.py",
+    "python3 -m bench.run --arms STD,CoRun --workloads sharegpt",  # STD serves FA3, which is not staged
+    "python3 -m bench.first_start --shape smollm2",  # SmolLM2's package is not staged
 ])
 def test_the_command_check_catches_what_a_gpu_run_would(command, sglang_plugins):
     with pytest.raises((AssertionError, SystemExit, pytest.fail.Exception)):
