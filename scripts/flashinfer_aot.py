@@ -38,14 +38,13 @@ from pathlib import Path
 
 #: The FlashInfer version the module is built for (SGLang 0.5.17's pin).
 VERSION = "0.6.15.post1"
-#: FlashInfer's JIT modules built here: the ones default SGLang compiles on a fresh host and the wheelhouse lacks.
-MODULES = ("sampling",)
 ARCH = "9.0a"
 ARCHIVE = "flashinfer-aot-sm90-sampling.tar.gz"
 
 
 def specs():
-    """FlashInfer's JIT specs of ``MODULES``."""
+    """FlashInfer's JIT modules built here, by name: the ones default SGLang compiles on a fresh host and the
+    wheelhouse lacks."""
     from flashinfer.jit.sampling import gen_sampling_module
 
     return {"sampling": gen_sampling_module}
@@ -77,7 +76,7 @@ def _toolchain(work: Path) -> dict[str, str]:
 
 
 def build(gpu_dir: Path) -> Path:
-    """Builds ``MODULES`` for sm90a in a scratch workspace and writes the archive into ``gpu_dir/bin``."""
+    """Builds ``specs()`` for sm90a in a scratch workspace and writes the archive into ``gpu_dir/bin``."""
     import flashinfer
 
     if flashinfer.__version__ != VERSION:
@@ -132,7 +131,8 @@ def check() -> int:
     import flashinfer
     from flashinfer.jit import env
 
-    installed = [Path(env.FLASHINFER_AOT_DIR) / name for name in MODULES if (Path(env.FLASHINFER_AOT_DIR) / name).exists()]
+    names = list(specs())
+    installed = [Path(env.FLASHINFER_AOT_DIR) / name for name in names if (Path(env.FLASHINFER_AOT_DIR) / name).exists()]
     if not installed:
         print("flashinfer_aot: no prebuilt sampling module installed; FlashInfer compiles it on first use")
         return 0
@@ -145,11 +145,11 @@ def check() -> int:
         except Exception as exc:  # a module that does not load is removed, not fatal
             why = f"{type(exc).__name__}: {exc}"
         if why is None:
-            print(f"flashinfer_aot: prebuilt {', '.join(MODULES)} ok ({time.monotonic() - began:.2f} s, no compile)")
+            print(f"flashinfer_aot: prebuilt {', '.join(names)} ok ({time.monotonic() - began:.2f} s, no compile)")
             return 0
     for folder in installed:
         shutil.rmtree(folder)
-    print(f"flashinfer_aot: prebuilt {', '.join(MODULES)} removed ({why}); FlashInfer compiles it on first use")
+    print(f"flashinfer_aot: prebuilt {', '.join(names)} removed ({why}); FlashInfer compiles it on first use")
     return 0
 
 

@@ -206,6 +206,16 @@ def tree_bytes() -> int:
     return sum((ROOT / n).stat().st_size for n in names if n and (ROOT / n).is_file())
 
 
+def _script(name: str):
+    """The sibling script ``scripts/<name>.py`` as a module (scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def stage(gpu_dir: Path, fa3: bool, smollm2: bool) -> list[dict]:
     """Regroups the wheelhouse in ``gpu_dir`` (``fetch.sh`` output) into ``gpu_dir/callK`` folders and
     returns the device calls, in order: carry and command."""
@@ -216,7 +226,7 @@ def stage(gpu_dir: Path, fa3: bool, smollm2: bool) -> list[dict]:
         files += [(p, "", p.stat().st_size) for p in sorted(gpu_dir.glob("smollm2/*.whl"))]
     if not files:
         raise SystemExit(f"nothing to stage in {gpu_dir}: run ../shared/gpu-host/fetch.sh {gpu_dir} first")
-    if not (gpu_dir / "bin" / "flashinfer-aot-sm90-sampling.tar.gz").exists():
+    if not (gpu_dir / "bin" / _script("flashinfer_aot").ARCHIVE).exists():
         print(f"note: no prebuilt FlashInfer sampling module in {gpu_dir}/bin, so default SGLang compiles it on the "
               "host (scripts/flashinfer_aot.py build makes it)", file=sys.stderr)
     capacity = CALL_BYTES - tree_bytes()
