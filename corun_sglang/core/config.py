@@ -172,9 +172,15 @@ def decode_sizes(args: Any, records: Records) -> list[int]:
 
 def unservable_pack(args: Any) -> str | None:
     """Why a calibrated prefill pack cannot be served with ``args`` (None: it can): the prefix cache prefills on
-    its grid; a pack pads in the breakable prefill graph, so it needs one, capturing no count below the pack."""
+    its grid; the prefill graph options rule a pack out (``pack_graph_conflict``)."""
     if prefix_grid(args) is not None:
         return "--corun-prefix-cache prefills every prompt on its grid, never in packs"
+    return pack_graph_conflict(args)
+
+
+def pack_graph_conflict(args: Any) -> str | None:
+    """Why SGLang's prefill graph options rule a prefill pack out (None: they do not): a pack pads in the
+    breakable prefill graph, so it needs one, capturing no count below the pack."""
     if prefill_graph_off(args):
         return "prefill runs without a CUDA graph, and a pack pads in the breakable prefill graph"
     if args.cuda_graph_bs_prefill is not None or graph_json(args, "prefill").get("bs") is not None:

@@ -8,26 +8,26 @@ budget, ``MEMORY_OPTIONS``), the GPU, CUDA, the BLAS setup and the installed ver
 and what is calibrated (the tier candidates, the pack). Found, its verdicts are what it serves
 (``Calibration``: the decode tiers record and the prefill pack record, which the start loads,
 ``pipeline.records``, a pack waiting up to ``PACK_WAIT`` decode steps unless
-``--corun-prefill-pack-wait`` is given). Not found, or with ``force``,
-the probes run first, side by side on one GPU, each on a candidate server started with this server's
-options (``verify_tiers.verify`` with ``tier_candidates(N)``, ``verify_packing.verify`` with ``PACK``),
-and their verdicts are cached. A probe that fails leaves its part unserved (plain N, isolated prefill:
-still deterministic) with a log line saying why, and that verdict is cached too until ``force``.
+``--corun-prefill-pack-wait`` is given). Not found, or with ``force``, the probes run first and their
+verdicts are cached. A probe that fails leaves its part unserved (plain N, isolated prefill: still
+deterministic) with a log line saying why, and that verdict is cached too until ``force``.
 ``off`` serves plain ``--corun``; given records or candidates always win.
 
-The two candidate servers split the serving command's static memory budget (``shared``): its
-``--mem-fraction-static``, or ``BUDGET`` where it sets none, of the memory free when calibration starts,
-``TIERS_PART`` of it the tiers server's. SGLang sizes a KV pool as the memory free after loading the
-weights less a reserve taken from the memory free before, so a server that profiles after the other
-allocated its pool would count that pool against its own share: the pack server starts only once the
-tiers server has logged its environment, which it does once its KV pool and decode graphs are
-allocated. A probe that fails beside the other for any reason but a record's verdict
-(``shared_failure``) runs again alone, with the serving command's own options. The tiers server runs
-its prefills eagerly (``tiers_flags``): its verdict compares the decode steps of one server's runs,
-whose prefills all take that server's one path.
+Both probes run on one candidate server, started with this server's options, its memory budget and both
+candidates (``candidate_flags``: ``tier_candidates(N)`` and ``PACK``): the server's own model is loaded only
+after calibration, so the candidate has the GPU to itself. The pack probe runs first
+(``verify_packing.on_server``: the prefill batches the server logs while it runs are its own), then the
+tiers probe (``verify_tiers.on_server``: its co-runners' short prompts are admitted in packs, its needles'
+prefills are alone in every round, and each round ends once its needle has its reply). A server start
+costs more than both probes, so one start instead of two is most of what a first start can save. A part the
+serving options cannot serve (``scope``: decode graph sizes given; a pack ruled out by the prefill graph
+options or the chunk size) is not probed, and its verdict says why; without a pack to verify the candidate
+server prefills eagerly (``tiers_flags``): the tiers verdict compares the decode steps of one server's runs,
+whose prefills all take that server's one path, and an eager prefill captures no graph. A candidate server
+that does not start leaves both parts unserved, saying why.
 
-Invariants: ``plan``, ``key``, ``flags``, ``tier_candidates``, ``fractions``, ``shared``, ``tiers_flags``
-and ``shared_failure`` are pure; an entry is written whole or not at all (``calibration.json`` last, by
+Invariants: ``plan``, ``key``, ``flags``, ``tier_candidates``, ``scope``, ``candidate_flags`` and
+``tiers_flags`` are pure; an entry is written whole or not at all (``calibration.json`` last, by
 rename) under a per-key file lock, so servers starting at once calibrate once; a served record still
 passes the start-up environment check (``environment.foreign``), so a stale entry refuses to start rather
 than serve bits it did not verify.
@@ -42,12 +42,10 @@ import json
 import logging
 import os
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from corun_sglang.core import config
-from corun_sglang.core import errors
 
 logger = logging.getLogger(__name__)
 
@@ -65,18 +63,11 @@ PACK_FILE = "pack.json"
 #: ServerArgs fields a candidate server does not take from the serving command (its own model path and
 #: address; corun's own options are set by the probe).
 NOT_PASSED = {"model_path", "host", "port"}
-#: Options that size the server's memory (so its KV pool), not a kernel: passed to the candidate servers
-#: (``shared``), left out of the key, so a start with another memory budget reuses the calibration.
+#: Options that size the server's memory (so its KV pool), not a kernel: passed to the candidate server,
+#: left out of the key, so a start with another memory budget reuses the calibration.
 MEMORY_OPTIONS = {"mem_fraction_static", "max_total_tokens"}
-#: The static memory budget (weights and KV pools) of the two candidate servers where the serving command
-#: sets no ``--mem-fraction-static``: a part of the memory free when calibration starts, the rest left to
-#: both servers' activations and CUDA graphs.
-BUDGET = 0.8
-#: The tiers server's part of the budget: its KV pool holds N - 1 co-runners and a needle whole
-#: (``verify_tiers.pool_needed``), the pack server's a few prompts of at most ``PACK`` tokens.
-TIERS_PART = 0.6
-#: Seconds between two looks at the tiers server's log while the pack server waits to start.
-POLL = 0.5
+#: The candidate server's log, in the entry's folder.
+SERVER_LOG = "candidate.server.log"
 #: Options by which the serving command chooses the prefill CUDA graph itself (``tiers_flags``).
 PREFILL_GRAPH_FLAGS = ("--disable-prefill-cuda-graph", "--cuda-graph-backend-prefill")
 
@@ -84,28 +75,6 @@ PREFILL_GRAPH_FLAGS = ("--disable-prefill-cuda-graph", "--cuda-graph-backend-pre
 def tier_candidates(n: int) -> list[int]:
     """The decode graph sizes calibration verifies below N: its quarters (at least 8)."""
     return sorted({q for q in (n // 4, n // 2, 3 * n // 4) if 8 <= q < n})
-
-
-def fractions(budget: float) -> tuple[float, float]:
-    """The ``--mem-fraction-static`` of the tiers and of the pack candidate server (4 decimals) that split
-    ``budget`` of the memory free before the tiers server starts, ``TIERS_PART`` of it the tiers server's:
-    SGLang applies a fraction to the memory free when that server starts, and the pack server starts
-    once the tiers server holds its share."""
-    tiers = budget * TIERS_PART
-    return round(tiers, 4), round((budget - tiers) / (1 - tiers), 4)
-
-
-def shared(server_flags: list[str]) -> dict[str, list[str]]:
-    """``server_flags`` for the tiers and the pack candidate server sharing a GPU (``fractions``): the
-    serving command's ``--mem-fraction-static`` split, or ``BUDGET`` split where it sets none. A
-    ``--max-total-tokens`` caps a pool and claims no memory of its own: it stays, so neither candidate's
-    pool exceeds the serving command's."""
-    at = next((i for i, flag in enumerate(server_flags[:-1]) if flag == "--mem-fraction-static"), None)
-    budget = BUDGET if at is None else float(server_flags[at + 1])
-    rest = list(server_flags) if at is None else [*server_flags[:at], *server_flags[at + 2:]]
-    tiers, pack = fractions(budget)
-    return {"tiers": [*rest, "--mem-fraction-static", str(tiers)],
-            "pack": [*rest, "--mem-fraction-static", str(pack)]}
 
 
 def _chooses_prefill_graph(cuda_graph_config: str) -> bool:
@@ -122,7 +91,7 @@ def _chooses_prefill_graph(cuda_graph_config: str) -> bool:
 
 
 def tiers_flags(server_flags: list[str]) -> list[str]:
-    """``server_flags`` for the decode tiers candidate server: without SGLang's prefill CUDA graph
+    """``server_flags`` for a candidate server without a pack candidate: without SGLang's prefill CUDA graph
     (``--disable-prefill-cuda-graph``), unless they choose it themselves (``PREFILL_GRAPH_FLAGS``, or a
     ``--cuda-graph-config`` naming the prefill backend). Every prefill on one server takes that server's
     one path, so its prefill graph changes no verdict on its decode steps; eager prefill captures nothing."""
@@ -132,10 +101,35 @@ def tiers_flags(server_flags: list[str]) -> list[str]:
     return list(server_flags) if chosen else [*server_flags, "--disable-prefill-cuda-graph"]
 
 
-def shared_failure(exc: BaseException) -> bool:
-    """Whether a probe that failed beside the other may pass alone: any failure but a record's verdict or
-    refusal (``errors.RecordError``), such as a server that did not start or a KV pool too small."""
-    return not isinstance(exc, errors.RecordError)
+def scope(args: Any, n: int) -> tuple[list[int], int | None, dict[str, str]]:
+    """What calibration verifies for ``args`` (N = ``n``): the tier candidates, the pack (None: none), and why a
+    part is left out. Only SGLang's own options decide (they are in the key): decode graph sizes given leave
+    the tiers out, prefill graph options or a chunk size below ``PACK`` the pack."""
+    from corun_sglang.core import packing
+
+    why: dict[str, str] = {}
+    candidates = tier_candidates(n)
+    if (reason := config.unservable_tiers(args)) is not None:
+        why["tiers"], candidates = reason, []
+    elif not candidates:
+        why["tiers"] = f"N = {n} has no quarter of at least 8 below it"
+    pack: int | None = PACK
+    reasons = ([reason] if (reason := config.pack_graph_conflict(args)) is not None else []) + \
+        packing.pack_problems(PACK, getattr(args, "chunked_prefill_size", None))
+    if reasons:
+        why["pack"], pack = "; ".join(reasons), None
+    return candidates, pack, why
+
+
+def candidate_flags(server_flags: list[str], n: int, candidates: list[int], pack: int | None) -> list[str]:
+    """The options of the one candidate server: ``--corun``, the tier candidates against N and the pack
+    candidate (those given), then the serving command's ``server_flags``; without a pack, prefilling eagerly
+    (``tiers_flags``)."""
+    from corun_sglang.probes import verify_packing, verify_tiers
+
+    own = ["--corun", *(verify_tiers.candidate_args(candidates, n) if candidates else []),
+           *(verify_packing.candidate_args(pack) if pack is not None else [])]
+    return [*own, *(list(server_flags) if pack is not None else tiers_flags(server_flags))]
 
 
 def cache_root(explicit: str | None, environ: Mapping[str, str]) -> Path:
@@ -220,16 +214,20 @@ class Calibration:
 
 @dataclasses.dataclass(frozen=True)
 class Probes:
-    """The two probes (``verify_tiers.verify``, ``verify_packing.verify``), each returning its record."""
+    """The candidate server's start (``launch.Server``: model path, options, log; stopped with ``stop(grace=0)``)
+    and the two probes run on it
+    (``verify_tiers.on_server``, ``verify_packing.on_server``), each returning its record."""
 
+    start: Callable[[str, list[str], Path], Any]
     tiers: Callable[..., Any]
     pack: Callable[..., Any]
 
 
 def default_probes() -> Probes:
-    from corun_sglang.probes import verify_packing, verify_tiers
+    from corun_sglang.probes import launch, verify_packing, verify_tiers
 
-    return Probes(verify_tiers.verify, verify_packing.verify)
+    return Probes(lambda model_path, options, log: launch.Server(model_path, options, log),
+                  verify_tiers.on_server, verify_packing.on_server)
 
 
 @contextlib.contextmanager
@@ -264,75 +262,55 @@ def _labelled(say: Callable[[str], None], label: str) -> Callable[[str], None]:
     return lambda line: say(f"{label}: {line}")
 
 
-def _log_size(path: Path) -> int:
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def _verdict(probe: Callable[[], Any]) -> Any:
+    """The probe's verdict, or why it failed."""
     try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _await_tiers_memory(log: Path, offset: int, tiers: Future) -> None:
-    """Until the tiers server logged its environment past ``offset`` of its log (its KV pool and decode
-    graphs are allocated) or its probe ended."""
-    from corun_sglang.records import environment
-
-    while not tiers.done():
-        try:
-            with open(log, errors="replace") as f:
-                f.seek(offset)
-                if environment.ENVIRONMENT_LOG in f.read():
-                    return
-        except OSError:  # the server has not opened its log yet
-            pass
-        wait([tiers], timeout=POLL)
-
-
-def _attempt(probe: Callable[[list[str]], Any], server_flags: list[str]) -> Any:
-    """The probe's verdict, or the exception it raised."""
-    try:
-        return probe(server_flags)
-    except Exception as exc:  # the probe or its server failed: reported, and maybe run again alone
-        return exc
+        return probe()
+    except Exception as exc:  # the probe or its server failed: its part is not served
+        return f"the probe failed: {exc}"
 
 
 def run_probes(folder: Path, model_path: str, n: int, server_flags: list[str], probes: Probes,
-               say: Callable[[str], None]) -> dict:
-    """Both probes into ``folder``, side by side; the entry's verdicts (``tiers``/``pack``: a list/int, or a
-    reason). Each probe's lines go to ``say`` behind its name."""
+               say: Callable[[str], None], candidates: list[int], pack: int | None,
+               why: Mapping[str, str] = {}) -> dict:
+    """The probes of ``candidates`` and ``pack`` into ``folder``, on one candidate server, the pack first; the
+    entry's verdicts (``tiers``/``pack``: a list/int, or a reason; ``why`` gives it for a part not probed).
+    Each probe's lines go to ``say`` behind its name."""
     folder.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    candidates = tier_candidates(n)
-    tiers_log = folder / "tiers.server.log"
-    tell = {"tiers": _labelled(say, "decode tiers"), "pack": _labelled(say, "prefill pack")}
+    verdicts: dict[str, Any] = {part: f"not calibrated: {reason}" for part, reason in why.items()}
+    if candidates or pack is not None:
+        log = folder / SERVER_LOG
+        say(f"starting the candidate server (decode tiers {candidates or 'none'} against N = {n}, prefill pack "
+            f"{pack or 'none'}; log: {log})")
+        try:
+            server = probes.start(model_path, candidate_flags(server_flags, n, candidates, pack), log)
+        except Exception as exc:  # no verdict on either part
+            verdicts.update({part: f"the candidate server did not start: {_first_line(exc)}"
+                             for part, wanted in (("tiers", candidates), ("pack", pack)) if wanted})
+        else:
+            say(f"candidate server ready at {server.url}")
+            try:
+                if pack is not None:
+                    tell = _labelled(say, "prefill pack")
+                    tell(f"verifying {pack} tokens")
+                    verdicts["pack"] = _verdict(lambda: int(probes.pack(
+                        server, model_path, pack, folder / PACK_FILE, progress=tell).pack))
+                if candidates:
+                    tell = _labelled(say, "decode tiers")
+                    tell(f"verifying {candidates} against N = {n}")
 
-    def tiers(flags: list[str]) -> Any:
-        record = probes.tiers(model_path, candidates, n, folder / TIERS, tiers_log, tiers_flags(flags),
-                              progress=tell["tiers"])
-        return list(record.tiers) if record.tiers else "no candidate gave the N-slot bits"
+                    def tiers() -> Any:
+                        record = probes.tiers(server, model_path, candidates, n, folder / TIERS, progress=tell)
+                        return list(record.tiers) if record.tiers else "no candidate gave the N-slot bits"
 
-    def pack(flags: list[str]) -> Any:
-        record = probes.pack(model_path, PACK, folder / PACK_FILE, folder / "pack.server.log", flags,
-                             progress=tell["pack"])
-        return int(record.pack)
-
-    run = {"tiers": tiers, "pack": pack}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        tell["tiers"](f"verifying {candidates} against N = {n}")
-        offset = _log_size(tiers_log)
-        split = shared(server_flags)
-        pending = {"tiers": pool.submit(_attempt, tiers, split["tiers"])}
-        _await_tiers_memory(tiers_log, offset, pending["tiers"])
-        tell["pack"](f"verifying {PACK} tokens, beside the decode tiers probe")
-        pending["pack"] = pool.submit(_attempt, pack, split["pack"])
-        got = {part: future.result() for part, future in pending.items()}
-    for part, result in got.items():
-        if isinstance(result, Exception) and shared_failure(result):
-            first = (str(result).splitlines() or [type(result).__name__])[0]
-            tell[part](f"failed beside the other probe ({first}); verifying again alone")
-            got[part] = _attempt(run[part], list(server_flags))
-    verdicts: dict[str, Any] = {
-        part: f"the probe failed: {result}" if isinstance(result, Exception) else result
-        for part, result in got.items()}
+                    verdicts["tiers"] = _verdict(tiers)
+            finally:
+                server.stop(grace=0)  # nothing of it is kept: its GPU memory is free long before the model loads
     verdicts["seconds"] = round(time.monotonic() - started, 1)
     return verdicts
 
@@ -381,10 +359,11 @@ def prepare(args: Any, parts: Callable[[], Mapping[str, Any]], gpu: str | None,
         def say(line: str) -> None:
             logger.info("corun calibration [%6.1f s] %s", time.monotonic() - started, line)
 
-        say(f"first start in this environment: calibrating into {folder} (each probe starts its own server, "
-            "side by side)")
+        say(f"first start in this environment: calibrating into {folder} on a candidate server of its own")
         n = config.batch_size(args)
-        verdicts = run_probes(folder, args.model_path, n, list(server_flags), probes or default_probes(), say)
+        candidates, pack, why = scope(args, n)
+        verdicts = run_probes(folder, args.model_path, n, list(server_flags), probes or default_probes(), say,
+                              candidates, pack, why)
         entry = {"format": FORMAT, "key": folder.name, "parts": dict(parts), **verdicts}
         _write_json(folder / ENTRY, entry)
         say(f"done in {verdicts['seconds']} s: tiers {verdicts['tiers']}, pack {verdicts['pack']}")

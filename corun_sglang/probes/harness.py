@@ -7,12 +7,14 @@ is this module:
 - a sender (``Send``) takes one request body and returns its reply; ``http_sender`` POSTs the body to one
   route of a server (``GENERATE``, SGLang's native ``/generate``, or ``CHAT``, the OpenAI chat completions)
   and returns the reply's JSON; a reply other than 2xx raises ``httpx.HTTPStatusError``. Each call opens a
-  connection of its own, so calls from several threads are in flight at once;
+  connection of its own (``client``: one client for all, none kept alive), so calls from several threads are
+  in flight at once;
 - ``together`` sends a group at once, one thread a body, started in body order, and returns the replies in
   that order once every request has ended; ``among`` sends one body at a given place among its co-runners
   (the middle by default) and returns its reply;
 - ``once_running`` sends streamed co-runners first and the body only once every one of them has streamed its
-  first event, so the body runs beside all of them from its first step for as long as they outlast it;
+  first event, so the body runs beside all of them from its first step for as long as they outlast it; with
+  ``end_others`` it then aborts every request on the server (``ABORT``), so the round ends with the body;
 - ``batched`` sends one batched ``/generate`` call (several prompts in one body) and reads the prefill batches
   the server's log shows for it (``PREFILL_LOG``);
 - ``flush_cache`` empties a server's prefix cache, so the next request of a prompt is cold;
@@ -23,6 +25,7 @@ is this module:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -46,11 +49,25 @@ PREFILL_LOG = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+)")
 Send = Callable[[Any], Any]
 
 
+#: SGLang's route that aborts requests; ``{"abort_all": true}`` aborts every one the server holds.
+ABORT = "/abort_request"
+
+
+def client(timeout: float) -> httpx.Client:
+    """One HTTP client for many threads at once: a connection per request in flight, none kept alive (so no
+    request meets a connection the server closed meanwhile). A client builds its TLS context once, about
+    20 ms of CPU: a client per request would cost a round of 255 co-runners some 5 s before the first
+    prefill."""
+    return httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=None, max_keepalive_connections=0))
+
+
 def http_sender(url: str, route: str = GENERATE, timeout: float = 600) -> Send:
     """A ``Send`` that POSTs each body to ``url`` + ``route``: the reply's JSON (a list for a batched
     ``/generate`` body); ``httpx.HTTPStatusError`` for a reply other than 2xx."""
+    http = client(timeout)
+
     def send(body: Any) -> Any:
-        reply = httpx.post(url + route, json=body, timeout=timeout)
+        reply = http.post(url + route, json=body)
         reply.raise_for_status()
         return reply.json()
 
@@ -70,17 +87,20 @@ def among(send: Send, body: Any, others: Sequence[Any], at: int | None = None) -
     return together(send, [*others[:at], body, *others[at:]])[at]
 
 
-def once_running(url: str, others: Sequence[dict], body: dict, timeout: float = 900) -> Any:
+def once_running(url: str, others: Sequence[dict], body: dict, timeout: float = 900,
+                 end_others: bool = False) -> Any:
     """``body``'s ``/generate`` reply, sent once every one of ``others`` (streamed bodies) has streamed its
-    first event; returns after the others have ended. ``RuntimeError``, with ``body`` unsent, where a
-    co-runner failed before the body would have gone."""
+    first event; returns after the others have ended. With ``end_others``, once the body's request has ended
+    (or failed), every request on the server is aborted (``ABORT``), so the others end with it: only for a
+    server that runs nothing else. ``RuntimeError``, with ``body`` unsent, where a co-runner failed before
+    the body would have gone."""
     started = threading.Semaphore(0)
     errors: list[str] = []
 
     def corunner(other: dict) -> None:
         first = True
         try:
-            with httpx.Client(timeout=timeout) as client, client.stream("POST", url + GENERATE, json=other) as r:
+            with http.stream("POST", url + GENERATE, json=other) as r:
                 if r.status_code != 200:
                     errors.append(f"co-runner: HTTP {r.status_code}")
                 for line in r.iter_lines():
@@ -93,14 +113,21 @@ def once_running(url: str, others: Sequence[dict], body: dict, timeout: float = 
             if first:
                 started.release()
 
-    with ThreadPoolExecutor(max_workers=max(1, len(others))) as pool:
+    with client(timeout) as http, ThreadPoolExecutor(max_workers=max(1, len(others))) as pool:
         for other in others:
             pool.submit(corunner, other)
-        for _ in others:
-            started.acquire()
-        if errors:
-            raise RuntimeError("; ".join(errors[:3]))
-        return http_sender(url, timeout=timeout)(body)
+        try:
+            for _ in others:
+                started.acquire()
+            if errors:
+                raise RuntimeError("; ".join(errors[:3]))
+            reply = http.post(url + GENERATE, json=body)
+            reply.raise_for_status()
+            return reply.json()
+        finally:
+            if end_others:  # the co-runners' streams end with the abort; the pool waits for them
+                with contextlib.suppress(httpx.HTTPError):
+                    http.post(url + ABORT, json={"abort_all": True})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,15 +140,27 @@ class Batched:
     seconds: float
 
 
+#: Seconds a batched call waits after its reply for the first prefill batch line in the server's log, and
+#: then for the rest: the scheduler logs a prefill batch after it streamed that batch's results, so a prompt
+#: that ends at its prefill can be answered a moment before its batch's line is written.
+LOG_WAIT, LOG_SETTLE = 0.5, 0.1
+
+
 def batched(url: str, log: Path, body: dict, timeout: float = 600) -> Batched:
     """One batched ``/generate`` call and the prefill batches that the server logged in ``log`` after it began."""
     seen = len(log.read_text(errors="replace"))
     start = time.perf_counter()
     reply = http_sender(url, timeout=timeout)(body)
     seconds = time.perf_counter() - start
-    time.sleep(0.5)  # the scheduler's log line follows the reply
-    found = PREFILL_LOG.findall(log.read_text(errors="replace")[seen:])
-    return Batched(reply, [(int(a), int(b)) for a, b in found], seconds)
+
+    def logged() -> list[tuple[str, str]]:
+        return PREFILL_LOG.findall(log.read_text(errors="replace")[seen:])
+
+    deadline = time.monotonic() + LOG_WAIT
+    while not logged() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(LOG_SETTLE)
+    return Batched(reply, [(int(a), int(b)) for a, b in logged()], seconds)
 
 
 def flush_cache(url: str, timeout: float = 120) -> None:

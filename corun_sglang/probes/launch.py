@@ -152,14 +152,16 @@ class Server:
             f.seek(self._log_start)
             return f.read()
 
-    def stop(self) -> None:
-        """Stop the server and every process it started (its session), freeing the GPU."""
+    def stop(self, grace: float = 60) -> None:
+        """Stop the server and every process it started (its session), freeing the GPU: asked to stop
+        (SIGTERM), killed after ``grace`` seconds; at once with ``grace`` 0, for a server whose state is of no
+        further use (SGLang's shutdown on SIGTERM waits 5 s for crash diagnostics)."""
         import signal
 
-        if self.proc.poll() is None:
+        if grace > 0 and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=60)
+                self.proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 pass
         try:

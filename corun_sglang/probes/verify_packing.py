@@ -12,7 +12,8 @@ the rows the prefill's LM head computes change from packing to packing.
 
 The pack is verified when, for every needle, at least one packing counted and every counted packing
 equals the needle alone bit for bit. The record (``record.PackRecord``) carries the environment the
-server logged, which a server serving it must match.
+server logged, which a server serving it must match. ``verify`` starts a candidate server of its own;
+``on_server`` probes one already started, which runs nothing else meanwhile (calibration's).
 """
 
 from __future__ import annotations
@@ -131,34 +132,45 @@ def model_heads(model_path: str) -> tuple[int, int]:
     return heads, int(config.get("num_key_value_heads") or heads)
 
 
-def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequence[str] = (), needles: int = 4,
-           seed: int = 0, static_gb: float | None = None,
-           progress: Callable[[str], None] = harness.quiet) -> PackRecord:
-    """Start a candidate server, probe it, write the record to ``out`` and return it; ``PackingError``
-    (no record written) when the pack does not verify. ``progress`` gets a line as the server starts and as
-    the probe goes (``probe``)."""
+def on_server(server, model_path: str, pack: int, out: Path, needles: int = 4, seed: int = 0,
+              progress: Callable[[str], None] = harness.quiet) -> PackRecord:
+    """Probe ``server`` (``launch.Server``: started with ``--corun`` and this pack candidate, running nothing
+    else, so that the prefill batches its log shows are the probe's), write the record to ``out`` and return
+    it; ``PackingError`` (no record written) when the pack does not verify."""
     from corun_sglang.records import environment
-    from corun_sglang.probes.launch import Server
 
     vocab = model_vocab(model_path)
-    args = ["--corun", "--corun-prefill-pack-candidate", str(pack), *server_args]
-    progress(f"starting the candidate server (pack {pack} tokens; log: {log})")
-    server = Server(model_path, args, log, static_gb=static_gb)
-    progress(f"server ready at {server.url}")
-    try:
-        environment = environment.environment_from_log(server.log_text())
-        least = pack_candidate_from_log(server.log_text())["shortest"]
-        found = probe(sender(server.url, log), pack, least, vocab, needles=needles, seed=seed,
-                      progress=progress)
-    finally:
-        server.stop()
+    found_environment = environment.environment_from_log(server.log_text())
+    least = pack_candidate_from_log(server.log_text())["shortest"]
+    found = probe(sender(server.url, server.log), pack, least, vocab, needles=needles, seed=seed, progress=progress)
     problems = failures(found)
     if problems:
         raise PackingError(f"a pack of {pack} tokens does not verify here: " + "; ".join(problems))
-    record = PackRecord(pack=pack, shortest=least, environment=environment,
+    record = PackRecord(pack=pack, shortest=least, environment=found_environment,
                         needles={n: len(got["counted"]) for n, got in found.items()}, source=str(out))
     record.write(out)
     return record
+
+
+def candidate_args(pack: int) -> list[str]:
+    """The options that make a ``--corun`` server a prefill pack candidate."""
+    return ["--corun-prefill-pack-candidate", str(pack)]
+
+
+def verify(model_path: str, pack: int, out: Path, log: Path, server_args: Sequence[str] = (), needles: int = 4,
+           seed: int = 0, static_gb: float | None = None,
+           progress: Callable[[str], None] = harness.quiet) -> PackRecord:
+    """Start a candidate server, probe it (``on_server``), stop it; returns the record written to ``out``.
+    ``progress`` gets a line as the server starts and as the probe goes (``probe``)."""
+    from corun_sglang.probes.launch import Server
+
+    progress(f"starting the candidate server (pack {pack} tokens; log: {log})")
+    server = Server(model_path, ["--corun", *candidate_args(pack), *server_args], log, static_gb=static_gb)
+    progress(f"server ready at {server.url}")
+    try:
+        return on_server(server, model_path, pack, out, needles, seed, progress)
+    finally:
+        server.stop()
 
 
 def render(record: PackRecord) -> str:

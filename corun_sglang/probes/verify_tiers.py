@@ -5,13 +5,17 @@ unverified. For each needle (a seeded token-id request) the probe first takes it
 generation inside N - 1 co-runners, so that every one of its decode steps replays the N-slot
 graph, then, for each candidate M, its generation inside M - 1 co-runners, so that every step
 replays the M-slot graph. The co-runners are sent first and are all running (each has streamed
-its first token) before the needle is sent, and they decode longer than the needle, so the
-running count stays M for the needle's whole life. A candidate is a tier when every needle's
+its first token) before the needle is sent, and they could decode longer than the needle, so the
+running count stays M for the needle's whole life; once the needle has its reply they are aborted,
+so a round lasts as long as its needle. A candidate is a tier when every needle's
 tokens and logprobs equal its reference bit for bit; a different kernel or reduction order in any
 layer shows as a divergence within a few steps. The record (``record.TiersRecord``) carries the
 environment the server logged, which a server serving the record must match. A server whose KV pool
 cannot hold a reference round's whole sequences at once (``pool_problem``) is not probed: full-sequence
 admission would hold co-runners back, and the reference would decode in a smaller graph than N's.
+``verify`` starts a candidate server of its own; ``on_server`` probes one already started, which runs
+nothing else meanwhile (calibration's, which also carries a prefill pack candidate: its co-runners'
+prefills are then packed, the needle's prefill is alone in every round).
 """
 
 from __future__ import annotations
@@ -93,10 +97,11 @@ Sender = Callable[[list[dict], dict], Generation]
 
 
 def sender(url: str, timeout: float = 900) -> Sender:
-    """The probe's ``Sender`` over HTTP: the co-runners streamed, then the needle once each of them streams
-    (``harness.once_running``)."""
+    """The probe's ``Sender`` over HTTP: the co-runners streamed, then the needle once each of them streams,
+    then every co-runner aborted once the needle has its reply (``harness.once_running``, ``end_others``):
+    the server must run nothing else."""
     def send(others: list[dict], needle: dict) -> Generation:
-        return Generation.of_reply(harness.once_running(url, others, needle, timeout))
+        return Generation.of_reply(harness.once_running(url, others, needle, timeout, end_others=True))
 
     return send
 
@@ -137,35 +142,50 @@ def model_vocab(model_path: str, default: int = 32000) -> int:
     return default
 
 
+def on_server(server, model_path: str, candidates: Sequence[int], n: int, out: Path, needle_count: int = 2,
+              needle_tokens: int = 32, seed: int = 0,
+              progress: Callable[[str], None] = harness.quiet) -> "TiersRecord":
+    """Probe ``server`` (``launch.Server``: started with ``--corun``, N = ``n`` and these candidates, running
+    nothing else), write the record to ``out``; returns it. ``RuntimeError`` (no record written) where its KV
+    pool cannot hold a reference round (``pool_problem``)."""
+    from corun_sglang.records import environment
+    from corun_sglang.records.record import TiersRecord
+
+    found_environment = environment.environment_from_log(server.log_text())
+    vocab = model_vocab(model_path)
+    bodies = needles(needle_count, needle_tokens, vocab, seed)
+    problem = pool_problem(server.log_text(), n, bodies)
+    if problem:
+        raise RuntimeError(problem)
+    found = probe(sender(server.url), n, candidates, bodies, vocab, seed=seed + 1, progress=progress)
+    passed, rejected = verdict(found)
+    record = TiersRecord(n=n, tiers=tuple(passed), environment=found_environment, rejected=rejected,
+                         source=str(out))
+    record.write(out)
+    return record
+
+
+def candidate_args(candidates: Sequence[int], n: int) -> list[str]:
+    """The options that make a ``--corun`` server a tiers candidate of N = ``n``."""
+    return ["--max-running-requests", str(n), "--corun-decode-tier-candidates", ",".join(map(str, candidates))]
+
+
 def verify(model_path: str, candidates: Sequence[int], n: int, out: Path, log: Path, server_args: Sequence[str] = (),
            needle_count: int = 2, needle_tokens: int = 32, seed: int = 0, static_gb: float | None = None,
            env: Mapping[str, str] | None = None, progress: Callable[[str], None] = harness.quiet) -> "TiersRecord":
-    """Start a candidate server (with ``env`` added to its environment), probe it, write the record to
-    ``out``; returns it. ``RuntimeError`` (no record written) where its KV pool cannot hold a reference
-    round (``pool_problem``). ``progress`` gets a line as the server starts and as the probe goes (``probe``)."""
-    from corun_sglang.records import environment
-    from corun_sglang.records.record import TiersRecord
+    """Start a candidate server (with ``env`` added to its environment), probe it (``on_server``), stop it;
+    returns the record written to ``out``. ``progress`` gets a line as the server starts and as the probe goes
+    (``probe``)."""
     from corun_sglang.probes.launch import Server
 
-    args = ["--corun", "--max-running-requests", str(n),
-            "--corun-decode-tier-candidates", ",".join(map(str, candidates)), *server_args]
     progress(f"starting the candidate server (N = {n}, candidates {list(candidates)}; log: {log})")
-    server = Server(model_path, args, log, static_gb=static_gb, env=env)
+    server = Server(model_path, ["--corun", *candidate_args(candidates, n), *server_args], log, static_gb=static_gb,
+                    env=env)
     progress(f"server ready at {server.url}")
     try:
-        environment = environment.environment_from_log(server.log_text())
-        vocab = model_vocab(model_path)
-        bodies = needles(needle_count, needle_tokens, vocab, seed)
-        problem = pool_problem(server.log_text(), n, bodies)
-        if problem:
-            raise RuntimeError(problem)
-        found = probe(sender(server.url), n, candidates, bodies, vocab, seed=seed + 1, progress=progress)
+        return on_server(server, model_path, candidates, n, out, needle_count, needle_tokens, seed, progress)
     finally:
         server.stop()
-    passed, rejected = verdict(found)
-    record = TiersRecord(n=n, tiers=tuple(passed), environment=environment, rejected=rejected, source=str(out))
-    record.write(out)
-    return record
 
 
 def render(record: "TiersRecord") -> str:

@@ -63,30 +63,56 @@ def test_flags_rebuild_the_options_a_candidate_server_needs():
     assert "--host" not in got and "--port" not in got and "--api-key" not in got and "--corun" not in got
 
 
-class FakeProbes:
-    """Probes that write real records, as the verifiers do, and count their calls and the server options
-    each got; the tiers stand-in logs its environment, as a tiers candidate server does."""
+class FakeServer:
+    """Stands for a started candidate server: it logs its environment, as a candidate server does."""
 
-    def __init__(self, tiers=(64, 128), pack_fails=False):
-        self.calls = {"tiers": 0, "pack": 0}
-        self.flags = {"tiers": [], "pack": []}
-        self.tier_list, self.pack_fails = tuple(tiers), pack_fails
-        self.lock = threading.Lock()
-
-    def tiers(self, model_path, candidates, n, out, log, server_args, progress):
-        with self.lock:
-            self.calls["tiers"] += 1
-            self.flags["tiers"].append(list(server_args))
+    def __init__(self, model_path, options, log):
+        self.url, self.log, self.options, self.stopped = "http://127.0.0.1:1", Path(log), list(options), False
         with open(log, "a") as f:
             f.write(environment.environment_line(ENV) + "\n")
+
+    def log_text(self):
+        return self.log.read_text()
+
+    def stop(self, grace=60):
+        self.stopped, self.grace = True, grace
+
+
+class FakeProbes:
+    """A candidate server's start and probes that write real records, as the verifiers do; ``events`` lists,
+    in order, each start (with the server's options), each probe (with the server it ran on) and each stop."""
+
+    def __init__(self, tiers=(64, 128), pack_fails=False, start_fails=False):
+        self.events, self.servers = [], []
+        self.tier_list, self.pack_fails, self.start_fails = tuple(tiers), pack_fails, start_fails
+        self.lock = threading.Lock()
+
+    def count(self, kind):
+        return sum(1 for event in self.events if event[0] == kind)
+
+    def start(self, model_path, options, log):
+        with self.lock:
+            self.events.append(("start", list(options)))
+        if self.start_fails:
+            raise RuntimeError("server exited with 1:\nLoaded weights leave no GPU memory for the KV cache")
+        server = FakeServer(model_path, options, log)
+        stop = server.stop
+        server.stop = lambda grace=60: (self.events.append(("stop", server)), stop(grace))
+        self.servers.append(server)
+        return server
+
+    def tiers(self, server, model_path, candidates, n, out, progress):
+        with self.lock:
+            self.events.append(("tiers", server))
+        assert not server.stopped and environment.ENVIRONMENT_LOG in server.log_text()
         record = TiersRecord(n=n, tiers=self.tier_list, environment=ENV)
         record.write(out)
         return record
 
-    def pack(self, model_path, pack, out, log, server_args, progress):
+    def pack(self, server, model_path, pack, out, progress):
         with self.lock:
-            self.calls["pack"] += 1
-            self.flags["pack"].append(list(server_args))
+            self.events.append(("pack", server))
+        assert not server.stopped
         if self.pack_fails:
             raise PackingError("a pack of 1024 tokens does not verify here")
         record = PackRecord(pack=pack, shortest=33, environment=ENV)  # the tiny Qwen3 shape's
@@ -94,13 +120,14 @@ class FakeProbes:
         return record
 
     def probes(self):
-        return calibration.Probes(self.tiers, self.pack)
+        return calibration.Probes(self.start, self.tiers, self.pack)
 
 
 def _args(tmp_path, **kw):
     base = dict(model_path="m", max_running_requests=256, corun_calibrate="auto", corun_calibration_dir=str(tmp_path),
                 corun_decode_tiers=None, corun_decode_tier_candidates=None, corun_prefill_pack=None,
-                corun_prefill_pack_candidate=None, corun_prefill_pack_wait=0)
+                corun_prefill_pack_candidate=None, corun_prefill_pack_wait=0, cuda_graph_bs_decode=None,
+                cuda_graph_bs_prefill=None, chunked_prefill_size=None)
     return types.SimpleNamespace(**{**base, **kw})
 
 
@@ -115,14 +142,14 @@ def test_the_first_start_calibrates_and_later_starts_serve_the_cache(tmp_path):
     assert first.tiers_file.name == "tiers.json" and first.pack_file.name == "pack.json"
     assert args == _args(tmp_path)  # what it serves is returned; the options are only read
     second = calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200", probes=fake.probes())
-    assert second.source == "cached" and fake.calls == {"tiers": 1, "pack": 1}
+    assert second.source == "cached" and [e[0] for e in fake.events] == ["start", "pack", "tiers", "stop"]
     assert second.tiers_file == first.tiers_file and second.pack_file == first.pack_file
     other = calibration.prepare(_args(tmp_path), lambda: {**PARTS, "gpu": "NVIDIA H100"}, "NVIDIA H100",
                                 probes=fake.probes())
-    assert other.source == "calibrated" and fake.calls == {"tiers": 2, "pack": 2}  # another environment
+    assert other.source == "calibrated" and fake.count("start") == 2  # another environment
     forced = calibration.prepare(_args(tmp_path, corun_calibrate="force"), lambda: PARTS, "NVIDIA H200",
                                  probes=fake.probes())
-    assert forced.source == "calibrated" and fake.calls == {"tiers": 3, "pack": 3}
+    assert forced.source == "calibrated" and fake.count("start") == 3 and fake.count("tiers") == 3
 
 
 def test_a_failed_probe_leaves_its_part_unserved_and_says_why(tmp_path):
@@ -132,7 +159,7 @@ def test_a_failed_probe_leaves_its_part_unserved_and_says_why(tmp_path):
     assert got.tiers is None and got.pack is None and got.tiers_file is None and got.pack_file is None
     assert "no candidate" in got.why["tiers"] and "does not verify" in got.why["pack"]
     assert calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200", probes=fake.probes()).source == "cached"
-    assert fake.calls == {"tiers": 1, "pack": 1}  # the verdict is cached too
+    assert fake.count("start") == 1  # the verdict is cached too
 
 
 def test_given_records_off_and_no_gpu_never_probe(tmp_path):
@@ -146,7 +173,7 @@ def test_given_records_off_and_no_gpu_never_probe(tmp_path):
                             (_args(tmp_path, corun_calibrate="off"), "H200", "off"),
                             (_args(tmp_path), None, "no-gpu")]:
         assert calibration.prepare(args, parts, gpu, probes=fake.probes()).source == want
-    assert fake.calls == {"tiers": 0, "pack": 0}
+    assert fake.events == []
 
 
 def test_servers_starting_at_once_calibrate_once(tmp_path):
@@ -161,7 +188,7 @@ def test_servers_starting_at_once_calibrate_once(tmp_path):
         t.start()
     for t in threads:
         t.join()
-    assert fake.calls == {"tiers": 1, "pack": 1} and sorted(got) == ["cached"] * 3 + ["calibrated"]
+    assert fake.count("start") == 1 and sorted(got) == ["cached"] * 3 + ["calibrated"]
 
 
 def test_a_partial_or_older_entry_is_not_read(tmp_path):
@@ -242,27 +269,6 @@ def test_the_prefix_cache_names_no_calibration_but_the_grid_size_it_needs_does()
     assert "--chunked-prefill-size" in keyed(**suite, chunked_prefill_size=GRID)
 
 
-@pytest.mark.parametrize("budget", [calibration.BUDGET, 0.4, 0.9])
-def test_the_candidate_servers_split_the_serving_memory_budget_the_tiers_server_the_larger_part(budget):
-    """The pack server's fraction applies to what the tiers server left free: on a GPU with 1 free, the
-    tiers server holds ``tiers``, the pack server ``pack * (1 - tiers)``, together the budget."""
-    tiers, pack = calibration.fractions(budget)
-    assert tiers == pytest.approx(calibration.TIERS_PART * budget, abs=1e-4)
-    assert tiers + pack * (1 - tiers) == pytest.approx(budget, abs=1e-4)
-    assert tiers > pack * (1 - tiers)
-
-
-def test_each_candidate_server_gets_its_part_of_the_serving_fraction_or_of_the_default_budget():
-    tiers, pack = calibration.fractions(0.4)
-    assert calibration.shared(["--tp-size", "2", "--mem-fraction-static", "0.4", "--max-total-tokens", "262144"]) == {
-        "tiers": ["--tp-size", "2", "--max-total-tokens", "262144", "--mem-fraction-static", str(tiers)],
-        "pack": ["--tp-size", "2", "--max-total-tokens", "262144", "--mem-fraction-static", str(pack)],
-    }  # a pool cap claims no memory: kept on both
-    tiers, pack = calibration.fractions(calibration.BUDGET)
-    assert calibration.shared([]) == {"tiers": ["--mem-fraction-static", str(tiers)],
-                                      "pack": ["--mem-fraction-static", str(pack)]}
-
-
 def test_the_tiers_server_prefills_eagerly_unless_the_serving_command_chooses():
     eager = "--disable-prefill-cuda-graph"
     assert calibration.tiers_flags(["--tp-size", "2"]) == ["--tp-size", "2", eager]
@@ -274,11 +280,11 @@ def test_the_tiers_server_prefills_eagerly_unless_the_serving_command_chooses():
     assert calibration.tiers_flags(decode_only) == [*decode_only, eager]
 
 
-def test_the_tiers_candidate_has_the_environment_of_the_server_serving_its_record(sglang_plugins, tiny_model,
-                                                                                  tmp_path):
-    """The tiers server's eager prefill is no field of a record's environment (``environment.NUMERIC_OPTIONS``):
-    the record it writes passes the start-up check (``environment.foreign``) of a server that serves it, with
-    its prefill graph, its pack and the serving command's whole memory budget."""
+def test_the_candidate_has_the_environment_of_the_server_serving_its_records(sglang_plugins, tiny_model, tmp_path):
+    """The candidate server differs from the serving one by its candidates and, without a pack to verify, its
+    eager prefill: neither is a field of a record's environment (``environment.NUMERIC_OPTIONS``), so the
+    records it writes pass the start-up check (``environment.foreign``) of a server that serves them, with
+    the serving command's memory budget."""
     from sglang.srt.server_args import prepare_server_args
 
     def parse(*argv):
@@ -292,15 +298,17 @@ def test_the_tiers_candidate_has_the_environment_of_the_server_serving_its_recor
     entry = calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200", probes=FakeProbes().probes())
     serving = parse("--corun", "--corun-decode-tiers", str(entry.tiers_file), "--corun-prefill-pack",
                     str(entry.pack_file), *serving_flags)
-    candidate = parse("--corun", "--max-running-requests", "256", "--corun-decode-tier-candidates", "64,128,192",
-                      *calibration.tiers_flags(calibration.shared(serving_flags)["tiers"]))
-    assert candidate.cuda_graph_config.prefill.backend == "disabled"
-    assert candidate.mem_fraction_static == calibration.fractions(0.8)[0]
-    assert serving.cuda_graph_config.prefill.backend == "breakable" and serving.mem_fraction_static == 0.8
-    tiers = types.SimpleNamespace(environment=env_of(candidate), source="tiers.json")
-    served = [config.Served(tiers, "--corun-decode-tiers", "verify-tiers")]
-    assert environment.mismatches(tiers.environment, env_of(serving)) == []
-    assert environment.foreign(served, env_of(serving)) is None
+    both = parse(*calibration.candidate_flags(serving_flags, 256, [64, 128, 192], 1024))
+    tiers_only = parse(*calibration.candidate_flags(serving_flags, 256, [64, 128, 192], None))
+    assert both.corun_config.decode_tiers == (64, 128, 192) and both.corun_config.prefill_pack == 1024
+    assert both.cuda_graph_config.prefill.backend == "breakable"
+    assert tiers_only.cuda_graph_config.prefill.backend == "disabled" and tiers_only.corun_config.prefill_pack is None
+    assert both.mem_fraction_static == tiers_only.mem_fraction_static == serving.mem_fraction_static == 0.8
+    for candidate in (both, tiers_only):
+        record = types.SimpleNamespace(environment=env_of(candidate), source="tiers.json")
+        served = [config.Served(record, "--corun-decode-tiers", "verify-tiers")]
+        assert environment.mismatches(record.environment, env_of(serving)) == []
+        assert environment.foreign(served, env_of(serving)) is None
 
 
 def _said(lines):
@@ -309,87 +317,74 @@ def _said(lines):
     return say
 
 
-def test_the_probes_run_side_by_side_the_pack_server_once_the_tiers_server_holds_its_memory(tmp_path):
-    """Each stand-in waits for the other at a barrier: run one after the other, both would fail. The pack
-    probe starts only once the tiers server logged its environment."""
+def test_one_candidate_server_runs_the_pack_probe_then_the_tiers_probe(tmp_path):
     fake = FakeProbes()
-    both = threading.Barrier(2, timeout=5)
-    seen = {}
-
-    def tiers(model_path, candidates, n, out, log, server_args, progress):
-        time.sleep(2 * calibration.POLL)  # the server loads its weights and allocates its pool
-        progress("server ready")
-        record = fake.tiers(model_path, candidates, n, out, log, server_args, progress)
-        both.wait()
-        return record
-
-    def pack(model_path, pack, out, log, server_args, progress):
-        seen["tiers logged its environment"] = environment.ENVIRONMENT_LOG in (tmp_path / "tiers.server.log").read_text()
-        progress("server ready")
-        both.wait()
-        return fake.pack(model_path, pack, out, log, server_args, progress)
-
     lines = []
-    verdicts = calibration.run_probes(tmp_path, "m", 256, ["--tp-size", "2"], calibration.Probes(tiers, pack),
-                                      _said(lines))
-    assert verdicts["tiers"] == [64, 128] and verdicts["pack"] == 1024
-    assert seen == {"tiers logged its environment": True}
-    split = calibration.shared(["--tp-size", "2"])
-    assert fake.flags == {"tiers": [[*split["tiers"], "--disable-prefill-cuda-graph"]], "pack": [split["pack"]]}
-    assert split["tiers"] != split["pack"]
-    assert "decode tiers: server ready" in lines and "prefill pack: server ready" in lines
-    assert all(line.startswith(("decode tiers: ", "prefill pack: ")) for line in lines)
+    verdicts = calibration.run_probes(tmp_path, "m", 256, ["--tp-size", "2"], fake.probes(), _said(lines),
+                                      [64, 128, 192], 1024)
+    assert verdicts["tiers"] == [64, 128] and verdicts["pack"] == 1024 and verdicts["seconds"] >= 0
+    [server] = fake.servers
+    assert fake.events == [("start", calibration.candidate_flags(["--tp-size", "2"], 256, [64, 128, 192], 1024)),
+                           ("pack", server), ("tiers", server), ("stop", server)]
+    assert server.log == tmp_path / calibration.SERVER_LOG and server.grace == 0  # killed: nothing of it is kept
+    assert server.options[:8] == ["--corun", "--max-running-requests", "256", "--corun-decode-tier-candidates",
+                                  "64,128,192", "--corun-prefill-pack-candidate", "1024", "--tp-size"]
+    assert "decode tiers: verifying [64, 128, 192] against N = 256" in lines
+    assert "prefill pack: verifying 1024 tokens" in lines
 
 
-def test_a_tiers_probe_that_ends_before_its_server_logs_lets_the_pack_probe_start(tmp_path):
+def test_a_probe_that_fails_leaves_its_part_unserved_and_the_other_served(tmp_path):
     fake = FakeProbes()
 
-    def tiers(*args, **kwargs):
-        raise errors.RecordError("the server logged no environment")
-
-    verdicts = calibration.run_probes(tmp_path, "m", 256, [], calibration.Probes(tiers, fake.pack), _said([]))
-    assert verdicts["tiers"] == "the probe failed: the server logged no environment" and verdicts["pack"] == 1024
-    assert fake.calls["pack"] == 1  # a refusal is a verdict: not run again
-
-
-def test_a_probe_that_failed_beside_the_other_runs_again_alone_with_the_serving_memory(tmp_path):
-    fake = FakeProbes()
-    serving_flags = ["--mem-fraction-static", "0.8"]
-
-    def pack(model_path, pack, out, log, server_args, progress):
-        fake.pack(model_path, pack, out, log, server_args, progress)
-        if server_args != serving_flags:
-            raise RuntimeError("server exited with 1:\nLoaded weights leave no GPU memory for the KV cache")
-        return PackRecord(pack=pack, shortest=33, environment=ENV)
-
-    lines = []
-    verdicts = calibration.run_probes(tmp_path, "m", 256, serving_flags, calibration.Probes(fake.tiers, pack),
-                                      _said(lines))
-    assert verdicts["tiers"] == [64, 128] and verdicts["pack"] == 1024
-    split = calibration.shared(serving_flags)
-    assert fake.flags == {"tiers": [[*split["tiers"], "--disable-prefill-cuda-graph"]],
-                          "pack": [split["pack"], serving_flags]}
-    assert ("prefill pack: failed beside the other probe (server exited with 1:); verifying again alone"
-            in lines)
-
-
-def test_a_probe_that_fails_alone_too_leaves_its_part_unserved_and_the_other_served(tmp_path):
-    fake = FakeProbes()
-
-    def tiers(model_path, candidates, n, out, log, server_args, progress):
-        fake.tiers(model_path, candidates, n, out, log, server_args, progress)
+    def tiers(server, model_path, candidates, n, out, progress):
+        fake.tiers(server, model_path, candidates, n, out, progress)
         raise RuntimeError("the candidate server's KV pool holds 1000 tokens")
 
     got = calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200",
-                              probes=calibration.Probes(tiers, fake.pack))
+                              probes=calibration.Probes(fake.start, tiers, fake.pack))
     assert got.tiers is None
     assert got.why["tiers"] == "the probe failed: the candidate server's KV pool holds 1000 tokens"
-    assert got.pack == 1024 and fake.calls == {"tiers": 2, "pack": 1}
+    assert got.pack == 1024 and [e[0] for e in fake.events] == ["start", "pack", "tiers", "stop"]
     assert calibration.read_entry(Path(got.folder))["tiers"] == got.why["tiers"]  # the entry, whole
 
 
-def test_only_a_records_verdict_or_refusal_is_final_beside_the_other_probe():
-    assert not calibration.shared_failure(PackingError("a pack of 1024 tokens does not verify here"))
-    assert not calibration.shared_failure(errors.RecordError("the server logged no environment"))
-    assert calibration.shared_failure(RuntimeError("server exited with 1"))
-    assert calibration.shared_failure(TimeoutError("server not healthy after 600s"))
+def test_a_candidate_server_that_does_not_start_leaves_both_parts_unserved_and_says_why(tmp_path):
+    fake = FakeProbes(start_fails=True)
+    got = calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200", probes=fake.probes())
+    assert got.tiers is None and got.pack is None
+    assert got.why == {part: "the candidate server did not start: server exited with 1:" for part in ("tiers", "pack")}
+    assert [e[0] for e in fake.events] == ["start"]
+    assert calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200", probes=fake.probes()).source == "cached"
+
+
+@pytest.mark.parametrize("options,left_out", [
+    ({}, {}),
+    ({"cuda_graph_bs_decode": [1, 2, 256]}, {"tiers": "the decode graph sizes are given"}),
+    ({"max_running_requests": 8}, {"tiers": "N = 8 has no quarter of at least 8 below it"}),
+    ({"disable_prefill_cuda_graph": True}, {"pack": "prefill runs without a CUDA graph"}),
+    ({"cuda_graph_bs_prefill": [1024]}, {"pack": "the prefill graph token counts are given"}),
+    ({"chunked_prefill_size": 512}, {"pack": "exceeds --chunked-prefill-size 512"}),
+    ({"corun_prefix_cache": True}, {}),  # one of corun's own options: not in the key, so it decides nothing here
+])
+def test_the_scope_leaves_out_what_the_serving_options_rule_out_and_says_why(tmp_path, options, left_out):
+    args = _args(tmp_path, **options)
+    candidates, pack, why = calibration.scope(args, config.batch_size(args))
+    assert set(why) == set(left_out) and all(left_out[part] in why[part] for part in why)
+    assert (candidates == []) == ("tiers" in why) and (pack is None) == ("pack" in why)
+    if "tiers" not in why:
+        assert candidates == calibration.tier_candidates(config.batch_size(args))
+    if "pack" not in why:
+        assert pack == calibration.PACK
+
+
+def test_a_part_left_out_is_not_probed_and_its_verdict_says_why(tmp_path):
+    fake = FakeProbes()
+    got = calibration.prepare(_args(tmp_path, chunked_prefill_size=512), lambda: PARTS, "NVIDIA H200",
+                              probes=fake.probes())
+    assert got.tiers == [64, 128] and got.pack is None and got.why["pack"].startswith("not calibrated: a pack of 1024")
+    assert [e[0] for e in fake.events] == ["start", "tiers", "stop"]
+    assert "--corun-prefill-pack-candidate" not in fake.events[0][1] and "--disable-prefill-cuda-graph" in fake.events[0][1]
+    nothing = FakeProbes()
+    got = calibration.prepare(_args(tmp_path, chunked_prefill_size=512, cuda_graph_bs_decode=[256]),
+                              lambda: {**PARTS, "flags": "other"}, "NVIDIA H200", probes=nothing.probes())
+    assert got.tiers is None and got.pack is None and nothing.events == []  # no server started for nothing

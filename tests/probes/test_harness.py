@@ -86,6 +86,34 @@ def test_once_running_does_not_send_the_body_when_a_co_runner_fails(streaming_ge
     assert [tag for tag, _, _ in events].count("needle") == 0
 
 
+def test_once_running_ending_the_others_aborts_them_once_the_body_has_its_reply(streaming_generate):
+    """More co-runners than httpx's default pool (100 connections), each streaming for 30 s unless aborted:
+    the call returns once the body has its reply and the abort ended every co-runner."""
+    import time
+
+    url, events = streaming_generate
+    others = [{**body, "hold": 30} for body in _corunners(110)]
+    start = time.monotonic()
+    reply = harness.once_running(url, others, {"input_ids": [2]}, end_others=True)
+    returned = time.monotonic()
+    assert reply["meta_info"]["output_token_logprobs"] == [[-0.25, 7, None]] * 3
+    assert returned - start < 10
+    at = {tag: t for tag, what, t in events if what == "arrived" and tag in ("needle", "abort")}
+    ends = [t for tag, what, t in events if tag == "corunner" and what == "ended"]
+    assert [what for tag, what, _ in events if tag == "abort"] == ["arrived"]  # {"abort_all": true}, once
+    assert at["needle"] < at["abort"] and len(ends) == 110 and at["abort"] <= min(ends) and max(ends) <= returned
+
+
+def test_once_running_leaves_the_others_running_unless_told_to_end_them(streaming_generate):
+    import time
+
+    url, events = streaming_generate
+    start = time.monotonic()
+    harness.once_running(url, [{**body, "hold": 1.0} for body in _corunners(4)], {"input_ids": [2]})
+    assert time.monotonic() - start >= 1.0
+    assert [tag for tag, _, _ in events].count("abort") == 0
+
+
 def test_prefill_batches_are_read_from_sglangs_log_lines():
     log = ("[2026-12-03 08:00:00] Prefill batch, #new-seq: 4, #new-token: 256, #cached-token: 0, "
            "token usage: 0.00, #running-req: 0, #queue-req: 0, \n"
@@ -107,6 +135,34 @@ def test_a_batched_call_reads_only_the_prefill_batches_logged_after_it_began(tmp
     got = harness.batched(json_server(answer).url, log, {"input_ids": [[1, 2], [3, 4, 5]]})
     assert got.batches == [(2, 5)] and got.seconds > 0
     assert [r["meta_info"]["prompt"] for r in got.reply] == [[1, 2], [3, 4, 5]]
+
+
+def test_a_batched_call_waits_for_prefill_lines_written_just_after_its_reply(tmp_path, json_server):
+    """The scheduler can answer a prompt that ends at its prefill a moment before it logs that batch: lines
+    written 50 ms after the reply, and a second 50 ms later, are read; a call whose batches are never logged
+    returns none after ``LOG_WAIT``."""
+    import time
+
+    log = tmp_path / "server.log"
+    log.write_text("")
+
+    def later(lines):
+        def write():
+            for line in lines:
+                time.sleep(0.05)
+                with open(log, "a") as f:
+                    f.write(line)
+        threading.Thread(target=write).start()
+
+    def answer(path, body):
+        later(["Prefill batch, #new-seq: 1, #new-token: 2, \n", "Prefill batch, #new-seq: 1, #new-token: 3, \n"])
+        return 200, [{}, {}]
+
+    assert harness.batched(json_server(answer).url, log, {"input_ids": [[1, 2], [3, 4, 5]]}).batches == [(1, 2), (1, 3)]
+    silent = json_server(lambda path, body: (200, [{}]))
+    start = time.monotonic()
+    assert harness.batched(silent.url, log, {"input_ids": [[1]]}).batches == []
+    assert time.monotonic() - start >= harness.LOG_WAIT
 
 
 def test_the_cache_is_flushed_once_the_server_accepts_and_a_server_that_never_does_is_named(json_server):

@@ -1,5 +1,7 @@
 """``launch``: a server that cannot start is reported with its log, and leaves nothing running."""
 
+from pathlib import Path
+
 import pytest
 
 from corun_sglang.probes.launch import Server
@@ -65,3 +67,41 @@ def test_the_static_size_waits_for_a_stopped_servers_memory(monkeypatch):
     assert launch.settled_free_gpu_gb(126.0, timeout=5, poll=0) == 139.1
     monkeypatch.setattr(launch, "free_gpu_gb", lambda: 16.2)
     assert launch.settled_free_gpu_gb(126.0, timeout=0.05, poll=0.01) == 16.2  # never freed: the last read
+
+
+def _session(tmp_path, command):
+    """A ``Server`` for ``command`` in a session of its own, as ``Server`` starts SGLang's."""
+    import subprocess
+
+    server = Server.__new__(Server)
+    server.log = tmp_path / "server.log"
+    server._out = open(server.log, "a")
+    server.proc = subprocess.Popen(command, stdout=server._out, stderr=subprocess.STDOUT, start_new_session=True,
+                                   cwd=tmp_path)
+    return server
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("grace,least,most", [(0, 0, 2), (1.0, 1.0, 5)])
+def test_a_server_is_killed_after_its_grace_and_at_once_without_one(tmp_path, grace, least, most):
+    """A server that ignores SIGTERM, with a child of its own: stopped after ``grace`` seconds, both gone."""
+    import time
+
+    server = _session(tmp_path, ["sh", "-c", "trap '' TERM; sleep 60 & echo $! > child; wait"])
+    while not (tmp_path / "child").exists() or not (tmp_path / "child").read_text().strip():
+        time.sleep(0.05)
+    child = int((tmp_path / "child").read_text())
+    assert _alive(child)
+    start = time.monotonic()
+    server.stop(grace=grace)
+    took = time.monotonic() - start
+    assert least <= took < most and server.proc.returncode is not None and server._out.closed
+    time.sleep(0.2)
+    assert not _alive(child)

@@ -2,6 +2,7 @@
 
 import dataclasses
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -17,19 +18,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Probes:
-    """Probes that write the records a verifier writes (decode tiers 64 and 128, a pack of 1024 from 33 tokens)."""
+    """A candidate server's start and probes that write the records a verifier writes (decode tiers 64 and 128, a
+    pack of 1024 from 33 tokens); ``calls`` counts the probes run."""
 
     def __init__(self):
         self.calls = 0
 
-    def tiers(self, model_path, candidates, n, out, log, server_args, progress):
-        self.calls += 1
+    def start(self, model_path, options, log):
         Path(log).write_text(environment.environment_line(ENV) + "\n")
+        return types.SimpleNamespace(url="http://127.0.0.1:1", stop=lambda grace=60: None)
+
+    def tiers(self, server, model_path, candidates, n, out, progress):
+        self.calls += 1
         record = TiersRecord(n=n, tiers=(64, 128), environment=ENV)
         record.write(out)
         return record
 
-    def pack(self, model_path, pack, out, log, server_args, progress):
+    def pack(self, server, model_path, pack, out, progress):
         self.calls += 1
         record = PackRecord(pack=pack, shortest=33, environment=ENV)
         record.write(out)
@@ -41,7 +46,7 @@ def calibrating(monkeypatch, tmp_path):
     """A GPU (by name) and probes that verify at once: ``--corun`` calibrates into ``tmp_path``."""
     probes = Probes()
     monkeypatch.setattr(calibration, "gpu_name", lambda environ=None: "NVIDIA H200")
-    monkeypatch.setattr(calibration, "default_probes", lambda: calibration.Probes(probes.tiers, probes.pack))
+    monkeypatch.setattr(calibration, "default_probes", lambda: calibration.Probes(probes.start, probes.tiers, probes.pack))
     return probes
 
 
