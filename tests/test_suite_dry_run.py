@@ -284,3 +284,11 @@ def test_an_arm_runs_only_its_scenarios_and_the_prefix_arm_serves_its_grid():
     args = suite.server_args("corun-prefix")
     assert args[args.index("--chunked-prefill-size") + 1] == str(pc.GRID)
     assert suite.server_args("corun") == suite.SERVER_ARGS and "2048" in suite.SERVER_ARGS
+
+
+def test_a_servers_n_is_read_as_set_or_as_its_scheduler_resolved_it():
+    """Stock SGLang's ``/server_info`` leaves ``max_running_requests`` None unless the options set it; the value
+    its scheduler resolved is in ``internal_states`` (the suite's default arm started on a GPU showed it)."""
+    stock = {"max_running_requests": None, "internal_states": [{"effective_max_running_requests_per_dp": 2048}]}
+    assert suite.running_limit(stock) == 2048
+    assert suite.running_limit({**stock, "max_running_requests": 256}) == 256

@@ -171,7 +171,7 @@ def arms(request, launch, tmp_path_factory):
                                         "divergent": 0, "error": str(exc)[-2000:]}])
                 continue
             info = httpx.get(servers[arm].url + "/server_info", timeout=30).json()
-            n[arm] = int(info["max_running_requests"])
+            n[arm] = running_limit(info)
             pool[arm] = int(info.get("max_total_num_tokens") or 0)
             assert arm != "default" or info["disable_radix_cache"] is True
             assert arm not in CACHED or info["disable_radix_cache"] is False, f"{arm}: its radix cache is off"
@@ -185,6 +185,14 @@ def _write(name: str, rows: list[dict]) -> None:
     folder = os.environ.get("CORUN_RESULTS")
     if folder:
         append_rows(Path(folder) / name, rows)
+
+
+def running_limit(info: dict) -> int:
+    """A server's N from its ``/server_info``: ``max_running_requests`` where its options set it (``--corun``
+    does), else the one its scheduler resolved (stock SGLang's options leave it None)."""
+    if info.get("max_running_requests"):
+        return int(info["max_running_requests"])
+    return int(info["internal_states"][0]["effective_max_running_requests_per_dp"])
 
 
 def intended(total: int, n: int) -> int:
