@@ -28,9 +28,9 @@ that does not start leaves both parts unserved, saying why.
 
 Invariants: ``plan``, ``key``, ``flags``, ``tier_candidates``, ``scope``, ``candidate_flags`` and
 ``tiers_flags`` are pure; an entry is written whole or not at all (``calibration.json`` last, by
-rename) under a per-key file lock, so servers starting at once calibrate once; a served record still
-passes the start-up environment check (``environment.foreign``), so a stale entry refuses to start rather
-than serve bits it did not verify.
+rename; one calibrated again is emptied first) under a per-key file lock, so servers starting at once
+calibrate once; a served record still passes the start-up environment check (``environment.foreign``),
+so a stale entry refuses to start rather than serve bits it did not verify.
 """
 
 from __future__ import annotations
@@ -252,6 +252,16 @@ def read_entry(folder: Path) -> dict | None:
     return entry if isinstance(entry, dict) and entry.get("format") == FORMAT else None
 
 
+def _clear(folder: Path) -> None:
+    """An entry calibrated again starts empty: its verdicts first (so it is never read half removed), then its
+    records and logs, none of which then outlives the calibration that made it."""
+    import shutil
+
+    (folder / ENTRY).unlink(missing_ok=True)
+    if folder.exists():
+        shutil.rmtree(folder)
+
+
 def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
@@ -362,6 +372,7 @@ def prepare(args: Any, parts: Callable[[], Mapping[str, Any]], gpu: str | None,
         say(f"first start in this environment: calibrating into {folder} on a candidate server of its own")
         n = config.batch_size(args)
         candidates, pack, why = scope(args, n)
+        _clear(folder)
         verdicts = run_probes(folder, args.model_path, n, list(server_flags), probes or default_probes(), say,
                               candidates, pack, why)
         entry = {"format": FORMAT, "key": folder.name, "parts": dict(parts), **verdicts}

@@ -10,8 +10,14 @@ carries the logprob of every prompt position and of a few new tokens, so a diffe
 the prompt logprobs and a different KV cache in the new tokens. The co-runners ask for no logprobs, so
 the rows the prefill's LM head computes change from packing to packing.
 
-The pack is verified when, for every needle, at least one packing counted and every counted packing
-equals the needle alone bit for bit. The record (``record.PackRecord``) carries the environment the
+A server that also captures decode tier candidates (calibration's: ``decode_graphs`` reads the sizes from its
+log) decodes a needle alone in its smallest graph and a packing of k prompts in the smallest that holds k:
+where the two differ, the packing is compared on what its prefill computed (the prompt logprobs and the
+first new token) and not on its decode steps, whose bits are the tiers probe's to judge; a packing decoded
+in the graph of the needle alone is compared whole, and so checks the KV cache the packed prefill wrote.
+
+The pack is verified when, for every needle, at least one packing counted, at least one of those was
+compared whole, and every counted packing equals the needle alone bit for bit. The record (``record.PackRecord``) carries the environment the
 server logged, which a server serving it must match. ``verify`` starts a candidate server of its own;
 ``on_server`` probes one already started, which runs nothing else meanwhile (calibration's).
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -83,11 +90,33 @@ def sender(url: str, log: Path, new_tokens: int = 4, timeout: float = 600) -> Se
     return send
 
 
+#: The decode graph sizes a ``--corun`` server logs at start (``config.CorunConfig.summary``).
+DECODE_GRAPHS_LOG = re.compile(r"corun: decode graph bs=\[([0-9, ]+)\]")
+
+
+def decode_graphs(log_text: str) -> list[int] | None:
+    """The decode graph sizes a server logged (None: it logged none)."""
+    found = DECODE_GRAPHS_LOG.search(log_text)
+    return None if found is None else sorted(int(x) for x in found.group(1).split(","))
+
+
+def graph_of(running: int, graphs: Sequence[int]) -> int | None:
+    """The decode graph a step of ``running`` requests replays: the smallest size that holds it."""
+    return next((g for g in sorted(graphs) if g >= running), None)
+
+
+def prefill_part(g: Generation, length: int) -> Generation:
+    """What the prefill of a ``length``-token prompt computed of ``g`` (``generation``'s layout): the logprobs of
+    its positions 2 to ``length`` and the first new token."""
+    return Generation.of(g.tokens[:length], g.logprobs[:length])
+
+
 def probe(send: Sender, pack: int, least: int, vocab: int, needles: int = 4, seed: int = 0,
-          progress: Callable[[str], None] = harness.quiet) -> dict[int, dict]:
-    """Per needle length: its packings that counted, and those whose needle differs from it alone
-    (name -> first differing position). ``progress`` gets a line as each needle starts and as each of its
-    packings is checked, with the outcome."""
+          progress: Callable[[str], None] = harness.quiet, graphs: Sequence[int] | None = None) -> dict[int, dict]:
+    """Per needle length: its packings that counted, those compared whole (decoded in the graph of the needle
+    alone, ``graphs`` the server's decode graph sizes; None: one graph), and those whose needle differs from
+    it alone (name -> first differing position). ``progress`` gets a line as each needle starts and as each
+    of its packings is checked, with the outcome."""
     rnd = random.Random(seed)
     found = {}
     lengths_checked = needle_lengths(pack, least, needles)
@@ -95,7 +124,7 @@ def probe(send: Sender, pack: int, least: int, vocab: int, needles: int = 4, see
         progress(f"needle {number}/{len(lengths_checked)}: {length} tokens, alone")
         needle = generate.token_ids(rnd, length, vocab)
         alone, _ = send([needle], 0)
-        counted, differ = [], {}
+        counted, whole, differ = [], [], {}
         for name, lengths in packings(length, pack, least, rnd):
             prompts = [needle if n == -1 else generate.token_ids(rnd, n, vocab) for n in lengths]
             packed, batches = send(prompts, lengths.index(-1))
@@ -104,12 +133,19 @@ def probe(send: Sender, pack: int, least: int, vocab: int, needles: int = 4, see
                 progress(f"needle {number}: packed {name} ({len(prompts)} prompts): not one prefill batch, not counted")
                 continue
             counted.append(name)
-            step = first_divergence(alone, packed)
+            same = graphs is None or graph_of(1, graphs) == graph_of(len(prompts), graphs)
+            if same:
+                whole.append(name)
+                step = first_divergence(alone, packed)
+            else:
+                step = first_divergence(prefill_part(alone, length), prefill_part(packed, length))
             if step is not None:
                 differ[name] = step
-            progress(f"needle {number}: packed {name} ({len(prompts)} prompts): "
+            scope = "" if same else (f" (its prefill: decoded in the {graph_of(len(prompts), graphs)}-slot graph, "
+                                     f"alone in the {graph_of(1, graphs)})")
+            progress(f"needle {number}: packed {name} ({len(prompts)} prompts){scope}: "
                      + ("identical" if step is None else f"differs at position {step}"))
-        found[length] = {"counted": counted, "differ": differ}
+        found[length] = {"counted": counted, "whole": whole, "differ": differ}
     return found
 
 
@@ -119,6 +155,8 @@ def failures(found: Mapping[int, dict]) -> list[str]:
     for length, got in sorted(found.items()):
         if not got["counted"]:
             out.append(f"a {length}-token needle never ran packed in one prefill batch")
+        elif not got["whole"]:
+            out.append(f"a {length}-token needle never ran packed with its decode steps in the graph of it alone")
         for name, step in sorted(got["differ"].items()):
             out.append(f"a {length}-token needle packed {name} first differs from it alone at position {step}")
     return out
@@ -142,7 +180,8 @@ def on_server(server, model_path: str, pack: int, out: Path, needles: int = 4, s
     vocab = model_vocab(model_path)
     found_environment = environment.environment_from_log(server.log_text())
     least = pack_candidate_from_log(server.log_text())["shortest"]
-    found = probe(sender(server.url, server.log), pack, least, vocab, needles=needles, seed=seed, progress=progress)
+    found = probe(sender(server.url, server.log), pack, least, vocab, needles=needles, seed=seed, progress=progress,
+                  graphs=decode_graphs(server.log_text()))
     problems = failures(found)
     if problems:
         raise PackingError(f"a pack of {pack} tokens does not verify here: " + "; ".join(problems))

@@ -388,3 +388,16 @@ def test_a_part_left_out_is_not_probed_and_its_verdict_says_why(tmp_path):
     got = calibration.prepare(_args(tmp_path, chunked_prefill_size=512, cuda_graph_bs_decode=[256]),
                               lambda: {**PARTS, "flags": "other"}, "NVIDIA H200", probes=nothing.probes())
     assert got.tiers is None and got.pack is None and nothing.events == []  # no server started for nothing
+
+
+def test_an_entry_calibrated_again_keeps_nothing_of_the_one_before(tmp_path):
+    """Forced again where the pack no longer verifies: the earlier pack record and the earlier server logs go
+    with the earlier entry, so the folder holds only what the new calibration made."""
+    first = calibration.prepare(_args(tmp_path), lambda: PARTS, "NVIDIA H200", probes=FakeProbes().probes())
+    folder = Path(first.folder)
+    (folder / "tiers.server.log").write_text("an older calibration's server\n")
+    assert first.pack_file.exists()
+    again = calibration.prepare(_args(tmp_path, corun_calibrate="force"), lambda: PARTS, "NVIDIA H200",
+                                probes=FakeProbes(pack_fails=True).probes())
+    assert again.pack is None and not (folder / calibration.PACK_FILE).exists()
+    assert sorted(p.name for p in folder.iterdir()) == [calibration.ENTRY, calibration.SERVER_LOG, calibration.TIERS]

@@ -110,3 +110,57 @@ def test_the_sender_reads_prompt_and_new_token_logprobs_and_the_logged_batches(t
 
 def test_model_heads_read_the_config(tiny_model):
     assert verify_packing.model_heads(tiny_model) == (4, 2)
+
+
+GRAPHS = [16, 32, 48, 64]  # a server capturing tier candidates 16, 32 and 48 below N = 64
+
+
+def graph_server(decode_differs_in=(), prefill_differs_when=lambda prompts, i: False):
+    """A sender standing for a packing server with decode graphs ``GRAPHS``: a needle's generation is its
+    prompt logprobs and first new token (what its prefill computes: changed by 2**-20 where
+    ``prefill_differs_when(prompts, place)``), then 3 decode steps whose bits change in the graphs
+    ``decode_differs_in`` (the smallest that holds every prompt of the call)."""
+    def send(prompts, needle):
+        length, graph = len(prompts[needle]), verify_packing.graph_of(len(prompts), GRAPHS)
+        prefill = -0.5 - prefill_differs_when(prompts, needle) * 2.0 ** -20
+        decode = -0.25 - (graph in decode_differs_in) * 2.0 ** -20
+        out = Generation.of([7] * (length + 3), [prefill] * length + [decode] * 3)
+        return out, [(len(prompts), sum(len(p) for p in prompts))]
+
+    return send
+
+
+def test_a_packing_decoded_in_another_graph_than_the_needle_alone_is_judged_on_its_prefill():
+    """The needle alone decodes in the 16-slot graph, a packing of 33 to 64 prompts in the 64-slot one: where
+    the 16-slot graph has other bits (a tier candidate the tiers probe rejects), those packings still verify
+    the pack on what their prefill computed, and the packings of up to 16 prompts compare whole."""
+    send = graph_server(decode_differs_in={16})
+    lines = []
+    found = verify_packing.probe(send, PACK, LEAST, vocab=1000, graphs=GRAPHS, progress=lines.append)
+    assert verify_packing.failures(found) == []
+    assert all("long-last" in got["whole"] and "short-first" not in got["whole"] for n, got in found.items()
+               if n < PACK // 2)
+    assert any("(its prefill: decoded in the 64-slot graph, alone in the 16)" in line for line in lines)
+    # the control: the same server judged as if it had one decode graph fails on those decode steps
+    control = verify_packing.failures(verify_packing.probe(send, PACK, LEAST, vocab=1000))
+    assert control and all("packed short-" in p and "first differs" in p for p in control)
+
+
+def test_a_prefill_that_follows_its_co_runners_fails_also_where_only_the_prefill_is_compared():
+    send = graph_server(decode_differs_in={16}, prefill_differs_when=lambda prompts, i: len(prompts) > 32)
+    problems = verify_packing.failures(verify_packing.probe(send, PACK, LEAST, vocab=1000, graphs=GRAPHS))
+    assert problems and all("packed short-" in p for p in problems)
+
+
+def test_a_needle_never_decoded_packed_in_its_alone_graph_does_not_verify():
+    send = graph_server()
+    found = verify_packing.probe(send, PACK, LEAST, vocab=1000, graphs=[1, 64])  # alone: 1; any packing: 64
+    problems = verify_packing.failures(found)
+    assert problems and all("never ran packed with its decode steps in the graph of it alone" in p for p in problems)
+
+
+def test_the_decode_graphs_are_read_from_the_line_a_corun_server_logs(make_args):
+    cfg = make_args(corun=True, max_running_requests=64, corun_decode_tier_candidates="16,32,48",
+                    corun_prefill_pack_candidate=1024).corun_config
+    assert verify_packing.decode_graphs("[2026-12-05 21:24:48] " + cfg.summary() + "\n") == [16, 32, 48, 64]
+    assert verify_packing.decode_graphs("no such line") is None
