@@ -1,5 +1,6 @@
-"""``tests/gpu/test_suite.py``'s prefix-cache evidence on the CPU: scenario s and the cache checks of the other
-scenarios, run whole against stand-in servers, their rows recounted by ``scripts/determinism_report.py``.
+"""``tests/gpu/test_suite.py`` on the CPU: every scenario's plumbing, and the prefix-cache evidence (scenario s and
+the cache checks of the other scenarios), run whole against stand-in servers, their rows recounted by
+``scripts/determinism_report.py``.
 
 A stand-in answers ``/generate``, ``/flush_cache``, ``/server_info`` and ``/v1/loads`` as SGLang does, over a
 prefix cache of one of these kinds (``StandIn``):
@@ -10,7 +11,12 @@ prefix cache of one of these kinds (``StandIn``):
 - ``sglang``: SGLang's own hits (the longest cached prefix of any prompt and output), outputs that change with
   the hit: what stock SGLang showed on GPUs (docs/results/prefix_grid.md);
 - ``drift`` (the rules' hits, outputs that change with the hit), ``any-hit`` (SGLang's hits, outputs that do
-  not), ``no-flush`` (the rules, a flush that empties nothing): broken caches the scenario must catch.
+  not), ``no-flush`` (the rules, a flush that empties nothing): broken caches the scenario must catch;
+- ``none``: no prefix cache, outputs a function of the request alone (a ``--corun`` server without one);
+  ``batch``: no cache, outputs that change with the number of requests running (a batch-variant server).
+
+Every stand-in also streams (cumulative events, as SGLang does by default), ends a request at its first stop
+token id, and aborts one by its ``rid`` with what it decoded so far, so scenarios a to m run whole on it.
 
 No GPU and no model: this proves the scenario's plumbing (what it sends, in which cache state, what it predicts
 and counts), not SGLang's bits.
@@ -63,6 +69,8 @@ class Cache:
             self.entries.clear()
 
     def hit(self, tokens: tuple, cap: int) -> int:
+        if self.kind in ("none", "batch"):
+            return 0
         if self.kind in ("sglang", "any-hit"):
             best = 0
             for key in self.entries:
@@ -85,6 +93,8 @@ class Cache:
 
     def keep(self, tokens: tuple, output: tuple) -> None:
         """What a finished request leaves in the cache."""
+        if self.kind in ("none", "batch"):
+            return
         if self.kind in ("sglang", "any-hit"):
             self._add(tokens + output, len(tokens) + len(output), "seq")
         else:
@@ -105,7 +115,7 @@ def _serve(kind: str, pool: int, ready) -> None:
     """A stand-in SGLang server over a ``Cache`` of ``kind``, in a process of its own (so the test's client threads
     and load probe do not wait on its work): it sends its port through ``ready`` and serves until killed."""
     cache, lock = Cache(kind, pool), threading.Lock()
-    running, arrived = [0], [0.0]
+    running, arrived, aborted = [0], [0.0], set()
 
     def generate(body: dict) -> list[dict] | dict:
         with lock:
@@ -127,19 +137,31 @@ def _serve(kind: str, pool: int, ready) -> None:
         n = params.get("n", 1)
         if n > 1:  # SGLang prefills a group's prompt in a request of its own, then sends the samples
             one(tokens, {**params, "max_new_tokens": 0}, cap, None, 0)
-        return [one(tokens, params, cap, start, i) for i in range(n)] if n > 1 else one(tokens, params, cap, start, 0)
+        rid = body.get("rid")
+        if n > 1:
+            return [one(tokens, params, cap, start, i, rid) for i in range(n)]
+        return one(tokens, params, cap, start, 0, rid)
 
-    def one(tokens, params, cap, start, sample):
+    def one(tokens, params, cap, start, sample, rid=None):
         with lock:
             hit = cache.hit(tokens, cap)
-        steps = params["max_new_tokens"]
-        for _ in range(steps + 1):  # a step takes longer the more requests run, as a batch on a GPU does
+        steps, done, finish = params["max_new_tokens"], 0, {"type": "length"}
+        batch_salt = running[0] if kind == "batch" else 0  # a batch-variant server: bits follow the batch
+        for done in range(steps + 1):  # a step takes longer the more requests run, as a batch on a GPU does
+            if rid is not None and rid in aborted and done:
+                finish = {"type": "abort"}
+                break
             time.sleep(0.001 * (1 + running[0] / 8))
-        salt = hit if kind in ("sglang", "drift") else 0
+        salt = hit if kind in ("sglang", "drift") else batch_salt
         seed = params.get("sampling_seed") if params.get("temperature") else None
         digest = hash(tokens)
         out = [_h(digest, seed, sample, i, salt) % VOCAB for i in range(steps)]
         logprobs = [-(_h(digest, seed, sample, i, salt, "lp") % 4096) / 1024 for i in range(steps)]
+        if finish["type"] == "abort":  # what it decoded before the abort met it
+            out, logprobs = out[:done], logprobs[:done]
+        stops = [i for i, t in enumerate(out) if t in (params.get("stop_token_ids") or ())]
+        if stops:  # SGLang ends a request at its first stop token, which it returns
+            out, logprobs, finish = out[:stops[0] + 1], logprobs[:stops[0] + 1], {"type": "stop", "matched": out[stops[0]]}
         prompt, acc = None if start is None else [], salt
         for p, t in enumerate(tokens if start is not None else ()):  # each position's from its prefix
             acc = hash((acc, t))
@@ -150,7 +172,7 @@ def _serve(kind: str, pool: int, ready) -> None:
         return {"output_ids": out, "meta_info": {
             "output_token_logprobs": [[lp, t, None] for lp, t in zip(logprobs, out)],
             **({"input_token_logprobs": prompt} if prompt is not None else {}),
-            "finish_reason": {"type": "length"}, "cached_tokens": hit, "prompt_tokens": len(tokens)}}
+            "finish_reason": finish, "cached_tokens": hit, "prompt_tokens": len(tokens)}}
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -181,7 +203,25 @@ def _serve(kind: str, pool: int, ready) -> None:
                     if idle:
                         cache.flush()
                 return self._send(200 if idle else 400)
-            self._send(200, json.dumps(generate(json.loads(raw))).encode())
+            if self.path == "/abort_request":
+                aborted.add(json.loads(raw)["rid"])
+                return self._send(200)
+            body = json.loads(raw)
+            if not body.get("stream"):
+                return self._send(200, json.dumps(generate(body)).encode())
+            # streamed: SGLang's events, each with the output so far (cumulative), then [DONE]
+            reply = generate(body)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            steps = reply["meta_info"]["output_token_logprobs"]
+            for upto in sorted({1, len(steps)}):
+                chunk = {"output_ids": reply["output_ids"][:upto],
+                         "meta_info": {**reply["meta_info"], "output_token_logprobs": steps[:upto]}}
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.close_connection = True
 
     class Server(ThreadingHTTPServer):
         daemon_threads = True
@@ -292,3 +332,23 @@ def test_a_servers_n_is_read_as_set_or_as_its_scheduler_resolved_it():
     stock = {"max_running_requests": None, "internal_states": [{"effective_max_running_requests_per_dp": 2048}]}
     assert suite.running_limit(stock) == 2048
     assert suite.running_limit({**stock, "max_running_requests": 256}) == 256
+
+
+#: Scenarios a to m but j (which needs two --corun arms of one MoE model): what each sends, in which order, and how
+#: it judges, run whole on a stand-in.
+SCENARIOS = sorted(n for n in dir(suite) if n[:7] in {f"test_{c}_" for c in "abcdefghiklm"})
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_scenario_runs_whole_on_a_server_whose_bits_follow_the_request_alone(standins, tmp_path, scenario):
+    getattr(suite, scenario)(standins({"corun": "none"}), *((0.8,) if scenario.startswith("test_b_") else ()))
+    rows = _rows(tmp_path, "suite.jsonl")
+    assert rows and all(r["comparisons"] > 0 and r["divergent"] == 0 for r in rows), rows
+
+
+def test_a_scenario_fails_a_batch_variant_corun_arm_and_passes_it_as_the_negative_control(standins, tmp_path):
+    with pytest.raises(AssertionError, match="corun: diverged in"):
+        suite.test_a_bs1_vs_bs32(standins({"corun": "batch"}))
+    suite.test_a_bs1_vs_bs32(standins({"corun": "none", "default": "batch"}))  # default must diverge, and does
+    with pytest.raises(AssertionError, match="negative control: default did not diverge"):
+        suite.test_a_bs1_vs_bs32(standins({"default": "none"}))
