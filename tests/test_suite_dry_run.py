@@ -16,7 +16,9 @@ prefix cache of one of these kinds (``StandIn``):
   ``batch``: no cache, outputs that change with the number of requests running (a batch-variant server).
 
 Every stand-in also streams (cumulative events, as SGLang does by default), ends a request at its first stop
-token id, and aborts one by its ``rid`` with what it decoded so far, so scenarios a to m run whole on it.
+token id, aborts one by its ``rid`` with what it decoded so far, makes a request's outputs follow the features it
+asks for (penalties, a minimum, a bias, a grammar), never emits a token biased by -100, and returns top-k
+logprobs (tied under a grammar) and chosen ids' logprobs, so scenarios a to p run whole on it.
 
 No GPU and no model: this proves the scenario's plumbing (what it sends, in which cache state, what it predicts
 and counts), not SGLang's bits.
@@ -39,6 +41,7 @@ from corun_sglang.core import prefix_cache as pc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 import test_suite as suite  # noqa: E402  (tests/gpu is no package: its modules import each other by name)
+import test_suite_surface as surface  # noqa: E402
 
 spec = importlib.util.spec_from_file_location("determinism_report", ROOT / "scripts" / "determinism_report.py")
 report = importlib.util.module_from_spec(spec)
@@ -46,6 +49,7 @@ spec.loader.exec_module(report)
 
 POOL = 40_000
 VOCAB = 32_000
+EOS = 2
 
 
 def _h(*parts) -> int:
@@ -111,6 +115,24 @@ class Cache:
         self._touch(key)
 
 
+#: Sampling parameters that shape every request's decoding; any other (penalties, minimum, bias, grammar) is a
+#: feature, and a request's outputs follow the features it asks for.
+BASIC = {"max_new_tokens", "temperature", "top_p", "top_k", "min_p", "ignore_eos", "sampling_seed", "n",
+         "stop_token_ids"}
+
+
+def _features(params: dict) -> tuple:
+    return tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in params.items() if k not in BASIC))
+
+
+def _top(digest: int, salt, step: int, k: int, grammar: bool) -> list:
+    """A step's top ``k`` ``[logprob, id, text]`` entries, descending; under a grammar all but the first two tie."""
+    values = sorted((-(_h(digest, salt, step, j, "top") % 4096) / 1024 for j in range(k)), reverse=True)
+    if grammar:
+        values = values[:2] + [-1.0e4] * (k - 2)
+    return [[v, _h(digest, salt, step, j, "id") % VOCAB, None] for j, v in enumerate(values)]
+
+
 def _serve(kind: str, pool: int, ready) -> None:
     """A stand-in SGLang server over a ``Cache`` of ``kind``, in a process of its own (so the test's client threads
     and load probe do not wait on its work): it sends its port through ``ready`` and serves until killed."""
@@ -138,11 +160,13 @@ def _serve(kind: str, pool: int, ready) -> None:
         if n > 1:  # SGLang prefills a group's prompt in a request of its own, then sends the samples
             one(tokens, {**params, "max_new_tokens": 0}, cap, None, 0)
         rid = body.get("rid")
+        top_k = {"k": body.get("top_logprobs_num"), "ids": body.get("token_ids_logprob")}
         if n > 1:
-            return [one(tokens, params, cap, start, i, rid) for i in range(n)]
-        return one(tokens, params, cap, start, 0, rid)
+            return [one(tokens, params, cap, start, i, rid, top_k) for i in range(n)]
+        return one(tokens, params, cap, start, 0, rid, top_k)
 
-    def one(tokens, params, cap, start, sample, rid=None):
+    def one(tokens, params, cap, start, sample, rid=None, top_k=None):
+        top_k = top_k or {}
         with lock:
             hit = cache.hit(tokens, cap)
         steps, done, finish = params["max_new_tokens"], 0, {"type": "length"}
@@ -154,8 +178,10 @@ def _serve(kind: str, pool: int, ready) -> None:
             time.sleep(0.001 * (1 + running[0] / 8))
         salt = hit if kind in ("sglang", "drift") else batch_salt
         seed = params.get("sampling_seed") if params.get("temperature") else None
-        digest = hash(tokens)
+        digest = hash((tokens, _features(params)))
+        banned = {int(t) for t, bias in (params.get("logit_bias") or {}).items() if bias <= -100}
         out = [_h(digest, seed, sample, i, salt) % VOCAB for i in range(steps)]
+        out = [t if t not in banned else (t + 1 + max(banned)) % VOCAB for t in out]
         logprobs = [-(_h(digest, seed, sample, i, salt, "lp") % 4096) / 1024 for i in range(steps)]
         if finish["type"] == "abort":  # what it decoded before the abort met it
             out, logprobs = out[:done], logprobs[:done]
@@ -169,9 +195,19 @@ def _serve(kind: str, pool: int, ready) -> None:
                 prompt.append([None if p == 0 else -(acc % 4096) / 1024, t, None])
         with lock:
             cache.keep(tokens, tuple(out))
+        k, grammar = top_k.get("k") or 0, any(params.get(g) for g in ("regex", "json_schema", "ebnf"))
+        extra = {}
+        if k:  # the top k of each step; under a grammar the masked tokens tie at one clamped value
+            extra["output_top_logprobs"] = [_top(digest, salt, i, k, grammar) for i in range(len(out))]
+            if prompt is not None:
+                extra["input_top_logprobs"] = [None if p == 0 else _top(digest, salt, -p, k, False)
+                                               for p in range(start, len(tokens))]
+        if top_k.get("ids"):
+            extra["output_token_ids_logprobs"] = [[[-(_h(digest, salt, i, t) % 4096) / 1024, t, None]
+                                                   for t in top_k["ids"]] for i in range(len(out))]
         return {"output_ids": out, "meta_info": {
             "output_token_logprobs": [[lp, t, None] for lp, t in zip(logprobs, out)],
-            **({"input_token_logprobs": prompt} if prompt is not None else {}),
+            **({"input_token_logprobs": prompt} if prompt is not None else {}), **extra,
             "finish_reason": finish, "cached_tokens": hit, "prompt_tokens": len(tokens)}}
 
     class Handler(BaseHTTPRequestHandler):
@@ -256,10 +292,14 @@ def standins(tmp_path, monkeypatch):
     monkeypatch.setenv("CORUN_RESULTS", str(tmp_path))
     started = []
 
+    checkpoint = tmp_path / "checkpoint"  # what a scenario reads of the model: its EOS
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(json.dumps({"vocab_size": VOCAB, "eos_token_id": EOS}))
+
     def start(kinds: dict) -> "suite.Arms":
         servers = {arm: StandIn(kind) for arm, kind in kinds.items()}
         started.extend(servers.values())
-        return suite.Arms("standin", servers, VOCAB, {a: 256 for a in servers}, pool={a: POOL for a in servers})
+        return suite.Arms("standin", servers, VOCAB, {a: 256 for a in servers}, checkpoint, {a: POOL for a in servers})
 
     yield start
     for s in started:
@@ -334,14 +374,17 @@ def test_a_servers_n_is_read_as_set_or_as_its_scheduler_resolved_it():
     assert suite.running_limit({**stock, "max_running_requests": 256}) == 256
 
 
-#: Scenarios a to m but j (which needs two --corun arms of one MoE model): what each sends, in which order, and how
-#: it judges, run whole on a stand-in.
-SCENARIOS = sorted(n for n in dir(suite) if n[:7] in {f"test_{c}_" for c in "abcdefghiklm"})
+#: Scenarios a to p but j (which needs two --corun arms of one MoE model): what each sends, in which order, and how
+#: it judges, run whole on a stand-in. q and r need text: grammars the output must match, the OpenAI routes.
+SCENARIOS = sorted([(suite, n) for n in dir(suite) if n[:7] in {f"test_{c}_" for c in "abcdefghiklm"}]
+                   + [(surface, n) for n in dir(surface) if n[:7] in {f"test_{c}_" for c in "nop"}],
+                   key=lambda found: found[1])
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_every_scenario_runs_whole_on_a_server_whose_bits_follow_the_request_alone(standins, tmp_path, scenario):
-    getattr(suite, scenario)(standins({"corun": "none"}), *((0.8,) if scenario.startswith("test_b_") else ()))
+@pytest.mark.parametrize("module, scenario", SCENARIOS, ids=[name for _, name in SCENARIOS])
+def test_every_scenario_runs_whole_on_a_server_whose_bits_follow_the_request_alone(standins, tmp_path, module,
+                                                                                   scenario):
+    getattr(module, scenario)(standins({"corun": "none"}), *((0.8,) if scenario.startswith("test_b_") else ()))
     rows = _rows(tmp_path, "suite.jsonl")
     assert rows and all(r["comparisons"] > 0 and r["divergent"] == 0 for r in rows), rows
 
