@@ -16,7 +16,8 @@ deterministic) with a log line saying why, and that verdict is cached too until 
 Both probes run on one candidate server, started with this server's options, its memory budget and both
 candidates (``candidate_flags``: ``tier_candidates(N)`` and ``PACK``): the server's own model is loaded only
 after calibration, so the candidate has the GPU to itself. The pack probe runs first
-(``verify_packing.on_server``: the prefill batches the server logs while it runs are its own), then the
+(``verify_packing.on_server``: the prefill batches the server logs while it runs are its own, and a packing
+that decodes in another captured graph than its needle alone is judged on its prefill), then the
 tiers probe (``verify_tiers.on_server``: its co-runners' short prompts are admitted in packs, its needles'
 prefills are alone in every round, and each round ends once its needle has its reply). A server start
 costs more than both probes, so one start instead of two is most of what a first start can save. A part the
