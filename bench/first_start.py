@@ -11,13 +11,14 @@ launch to ``/health`` answering; ``calibration`` is the server's own account (``
 ``corun_contract.calibration``: what it serves, why not the rest, and how long the probes took).
 
 Invariants: the servers get the same options but ``--corun-calibrate``; a start that fails is recorded with
-its error and ends the run with status 1.
+its error and ends the run with status 1. ``phases`` reads from a first start's log where its calibration went.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 
@@ -51,6 +52,32 @@ def start(model: Path, args: list[str], log: Path, static_gb: float | None) -> d
                 "decode_graph": info.get("cuda_graph_bs_decode")}
     finally:
         server.stop()
+
+
+#: A line of a first start's calibration (``calibration.prepare``'s): ``corun calibration [  63.7 s] what happened``.
+CALIBRATION_LINE = re.compile(r"corun calibration \[\s*([\d.]+) s\] (.*)")
+#: The lines that open each phase of a calibration on one candidate server, and the one that ends it.
+MARKS = {"ready": "candidate server ready", "pack": "prefill pack: verifying", "tiers": "decode tiers: verifying",
+         "done": "done in"}
+
+
+def phases(log_text: str) -> dict[str, float] | None:
+    """Seconds of a first start's calibration spent starting its candidate server (``server``), in the pack probe
+    and in the tiers probe (a part not probed is absent); None where the log holds no calibration on one
+    candidate server."""
+    marks: dict[str, float] = {}
+    for at, what in CALIBRATION_LINE.findall(log_text):
+        for name, opening in MARKS.items():
+            if what.startswith(opening):
+                marks.setdefault(name, float(at))
+    if "ready" not in marks or "done" not in marks:
+        return None
+    found = {"server": marks["ready"]}
+    if "pack" in marks:
+        found["pack"] = round(marks.get("tiers", marks["done"]) - marks["pack"], 1)
+    if "tiers" in marks:
+        found["tiers"] = round(marks["done"] - marks["tiers"], 1)
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -86,6 +86,19 @@ def demo_page(folder: Path) -> str | None:
     return "\n".join(lines) + "\n"
 
 
+def _phases(log: Path) -> str:
+    """``bench.first_start.phases`` of a first start's log (kept gzipped), as ``server / pack / tiers``."""
+    sys.path.insert(0, str(ROOT))
+    from bench.first_start import phases
+
+    for path, opener in ((log.with_suffix(".log.gz"), gzip.open), (log, open)):
+        if path.is_file():
+            with opener(path, "rt", errors="replace") as f:
+                found = phases(f.read())
+            return "-" if found is None else " / ".join(str(found.get(k, "-")) for k in ("server", "pack", "tiers"))
+    return "-"
+
+
 def calibration_page(results: Path) -> str | None:
     """``calibration.md``: every committed calibration entry, and every measured first start."""
     entries = sorted((results / "calibration").glob("*/calibration.json"))
@@ -98,15 +111,19 @@ def calibration_page(results: Path) -> str | None:
              "server of a chunk reads it, and a chunk files the entries it writes there.", ""]
     if starts:
         lines += ["## First starts measured", "",
-                  "| chunk | shape | options | first start (s) | probes (s) | tiers | pack | later start (s) | where |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| chunk | shape | options | first start (s) | probes (s) | candidate start / pack / tiers (s) | "
+                  "tiers | pack | later start (s) | where |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for path in starts:
             r = json.loads(path.read_text())
             first, later = r.get("first", {}), r.get("later", {})
             cal = first.get("calibration") or {}
             lines.append(f"| {path.parent.name} | {r.get('shape')} | `{r.get('server_args')}` | "
-                         f"{first.get('seconds', first.get('error', '?'))} | {cal.get('seconds')} | {cal.get('tiers')} | "
+                         f"{first.get('seconds', first.get('error', '?'))} | {cal.get('seconds')} | "
+                         f"{_phases(path.parent / 'first_start.first.log')} | {cal.get('tiers')} | "
                          f"{cal.get('pack')} | {later.get('seconds', '-')} | {_where(_record(path.parent))} |")
+        lines += ["", "Candidate start / pack / tiers: where the probes' seconds went (`bench.first_start.phases`, "
+                  "from the first start's log); `-` for a log of another calibration."]
         lines.append("")
     if entries:
         lines += ["## Cached entries", "",

@@ -46,7 +46,12 @@ def test_the_calibration_page_lists_entries_and_first_starts(tmp_path):
         "seconds": 200.0, "calibration": {"seconds": 150.0, "tiers": [64], "pack": 1024}}, "later": {"seconds": 40.0}}))
     assert pages.write(tmp_path) == ["calibration.md"]
     text = (tmp_path / "calibration.md").read_text()
-    assert "| calibrate-s | s | `--x` | 200.0 | 150.0 | [64] | 1024 | 40.0 |" in text
+    assert "| calibrate-s | s | `--x` | 200.0 | 150.0 | - | [64] | 1024 | 40.0 |" in text  # no log: no phases
+    (start / "first_start.first.log").write_text("corun calibration [  40.0 s] candidate server ready at x\n"
+                                                  "corun calibration [  40.0 s] decode tiers: verifying [64]\n"
+                                                  "corun calibration [  50.0 s] done in 50.0 s\n")
+    pages.write(tmp_path)
+    assert "| 200.0 | 150.0 | 40.0 / - / 10.0 | [64] |" in (tmp_path / "calibration.md").read_text()
     assert "[k1](calibration/k1/) | NVIDIA H100 | 256 | `--x` | [64] | 1024 | 12.5 |" in text
 
 
