@@ -11,9 +11,10 @@ per (shape, arm, scenario) run) under RESULTS_DIR, recursively, and writes the m
 Invariants:
 
 - Every divergent / compared count is recomputed from the digests in requests.jsonl: a ``compared``
-  or ``null`` row is divergent iff its digest differs from its reference's, the one ``reference``
-  row of (shape, reference_arm or arm, scenario, key). The suite's own ``first_divergence`` and
-  counts are only cross-checked.
+  or ``null`` row is divergent iff its digest differs from its reference's: the ``reference`` row of
+  (shape, reference_arm or arm, scenario, key) read last before it (a parametrized scenario writes its
+  keys once per parameter, each reference before the rows compared with it), or the first one read
+  after it where none precedes it. The suite's own ``first_divergence`` and counts are only cross-checked.
 - ``null`` rows (the request alone a second time) are counted apart from ``compared`` rows.
 - A cell with suite.jsonl rows but no per-request rows at all (older rows) keeps the suite's counts,
   marked ``*`` in the report and listed under ``unverified`` in the JSON summary.
@@ -170,15 +171,16 @@ def _step(first_divergence) -> str | None:
 def compare(requests: list[dict]) -> tuple[list[tuple[dict, bool]], dict]:
     """(outcomes, found problems): each compared or null row that has a reference, and whether it diverges.
 
-    Divergent means ``digest != reference digest``, whatever the row's ``first_divergence`` says; a
-    disagreement between the two, a (shape, arm, scenario, key) with compared or null rows but no
-    reference or with more than one, a reference with a first_divergence, an unknown role, a row
-    missing a required key and a row with ``tokens == 0`` are problems. A row without a reference is
-    left out of the outcomes; with several references, the first one read is used.
+    Divergent means ``digest != reference digest``, whatever the row's ``first_divergence`` says. A row's
+    reference is the last ``reference`` row of its (shape, reference_arm or arm, scenario, key) read before
+    it, else the first read after it. A disagreement between digest and ``first_divergence``, a compared or
+    null row whose key has no reference, a key with several references one of which no row is compared
+    with, a reference with a first_divergence, an unknown role, a row missing a required key and a row with
+    ``tokens == 0`` are problems; a row without a reference is left out of the outcomes.
     """
     found: dict = {}
     refs = collections.defaultdict(list)
-    usable = []
+    usable = []  # (row, the reference read last before it, or None)
     for row in requests:
         missing = [k for k in REQUIRED if row.get(k) is None]
         where = cell_key(row.get("shape"), row.get("scenario"), row.get("arm"))
@@ -195,25 +197,29 @@ def compare(requests: list[dict]) -> tuple[list[tuple[dict, bool]], dict]:
             if row.get("first_divergence") is not None:
                 _flag(found, where, "references with a first_divergence", row)
         else:
-            usable.append(row)
-    for (shape, arm, scenario, key), group in refs.items():
-        if len(group) > 1:
-            _flag(found, cell_key(shape, scenario, arm), f"{len(group)} references for key {key}")
-    outcomes = []
-    for row in usable:
+            group = refs.get((row["shape"], row.get("reference_arm") or row["arm"], row["scenario"], row["key"]))
+            usable.append((row, group[-1] if group else None))
+    outcomes, bound = [], set()
+    for row, ref in usable:
         ref_arm = row.get("reference_arm") or row["arm"]
-        group = refs.get((row["shape"], ref_arm, row["scenario"], row["key"]))
         where = cell_key(row["shape"], row["scenario"], row["arm"])
-        if not group:
-            _flag(found, where, f"{row['role']} rows without a reference (arm {ref_arm})", row)
-            continue
-        divergent = row["digest"] != group[0]["digest"]
+        if ref is None:
+            later = refs.get((row["shape"], ref_arm, row["scenario"], row["key"]))
+            if not later:
+                _flag(found, where, f"{row['role']} rows without a reference (arm {ref_arm})", row)
+                continue
+            ref = later[0]
+        bound.add(id(ref))
+        divergent = row["digest"] != ref["digest"]
         first = row.get("first_divergence")
         if divergent and first is None:
             _flag(found, where, "rows whose digest differs from the reference but first_divergence is null", row)
         elif not divergent and first is not None:
             _flag(found, where, "rows whose digest equals the reference but first_divergence is set", row)
         outcomes.append((row, divergent))
+    for (shape, arm, scenario, key), group in refs.items():
+        if len(group) > 1 and any(id(ref) not in bound for ref in group):
+            _flag(found, cell_key(shape, scenario, arm), f"{len(group)} references for key {key}")
     return outcomes, found
 
 

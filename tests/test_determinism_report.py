@@ -258,3 +258,15 @@ def test_each_control_arm_has_its_own_negative_control_and_scenario_s_its_hits()
     quiet = _prefix_rows("default-radix", {"warm": ("ref", None, 2500)})
     assert "qwen3-8b, default SGLang with its radix cache diverges in s: s 0 / 1 (0 after step 0): FAILS" in \
         report.checks(report.recompute(quiet, []))
+
+
+def test_a_parametrized_scenarios_rows_meet_the_reference_written_before_them():
+    """Scenario b runs once per temperature under the same keys: each run's rows follow its own reference."""
+    greedy = _needle("corun", "b", "n", [("ref", None), ("ref", None)])
+    sampled = [dict(row, digest="other") for row in _needle("corun", "b", "n", [("ref", None), ("ref", None)])]
+    summary = report.recompute(greedy + sampled, [])
+    assert summary["problems"] == []
+    assert summary["cells"]["qwen3-8b|b|corun"] == [0, 4]
+    # the control: one digest changed in the second run diverges against its own reference, not the first's
+    sampled[-1]["digest"], sampled[-1]["first_divergence"] = "ref", 3
+    assert report.recompute(greedy + sampled, [])["cells"]["qwen3-8b|b|corun"] == [1, 4]

@@ -13,7 +13,9 @@ prefix cache of one of these kinds (``StandIn``):
 - ``drift`` (the rules' hits, outputs that change with the hit), ``any-hit`` (SGLang's hits, outputs that do
   not), ``no-flush`` (the rules, a flush that empties nothing): broken caches the scenario must catch;
 - ``none``: no prefix cache, outputs a function of the request alone (a ``--corun`` server without one);
-  ``batch``: no cache, outputs that change with the number of requests running (a batch-variant server).
+  ``batch``: no cache, outputs that change with the number of requests running (a batch-variant server);
+  ``bi``: as ``none``, but a seeded request with min-p takes the server down, as it does SGLang's
+  batch-invariant mode.
 
 Every stand-in also streams (cumulative events, as SGLang does by default), ends a request at its first stop
 token id, aborts one by its ``rid`` with what it decoded so far, makes a request's outputs follow the features it
@@ -28,6 +30,7 @@ import hashlib
 import importlib.util
 import json
 import multiprocessing
+import os
 import sys
 import threading
 import time
@@ -73,7 +76,7 @@ class Cache:
             self.entries.clear()
 
     def hit(self, tokens: tuple, cap: int) -> int:
-        if self.kind in ("none", "batch"):
+        if self.kind in ("none", "batch", "bi"):
             return 0
         if self.kind in ("sglang", "any-hit"):
             best = 0
@@ -97,7 +100,7 @@ class Cache:
 
     def keep(self, tokens: tuple, output: tuple) -> None:
         """What a finished request leaves in the cache."""
-        if self.kind in ("none", "batch"):
+        if self.kind in ("none", "batch", "bi"):
             return
         if self.kind in ("sglang", "any-hit"):
             self._add(tokens + output, len(tokens) + len(output), "seq")
@@ -153,6 +156,8 @@ def _serve(kind: str, pool: int, ready) -> None:
 
     def batch(body: dict) -> list[dict] | dict:
         params = body["sampling_params"]
+        if kind == "bi" and params.get("min_p") and params.get("sampling_seed") is not None:
+            os._exit(1)  # SGLang's batch-invariant sampler asserts on min-p with a seed, and its scheduler dies
         tokens = tuple(body["input_ids"])
         start = body.get("logprob_start_len")
         cap = len(tokens) - 1 if start is None or start < 0 else min(len(tokens) - 1, start)
@@ -395,3 +400,15 @@ def test_a_scenario_fails_a_batch_variant_corun_arm_and_passes_it_as_the_negativ
     suite.test_a_bs1_vs_bs32(standins({"corun": "none", "default": "batch"}))  # default must diverge, and does
     with pytest.raises(AssertionError, match="negative control: default did not diverge"):
         suite.test_a_bs1_vs_bs32(standins({"default": "none"}))
+
+
+def test_the_batch_invariant_arm_is_never_sent_the_min_p_that_takes_it_down(standins, tmp_path):
+    """SGLang's batch-invariant mode dies on a seeded min-p request: the suite sends its arm none, so scenario
+    i's mixed filters leave it serving; the same stand-in as a ``--corun`` arm, sent min-p, fails the scenario."""
+    suite.test_i_filtered_needles_among_mixed_filters(standins({"deterministic": "bi"}))
+    rows = _rows(tmp_path, "requests.jsonl")
+    assert rows and all(r["tokens"] for r in rows)
+    (row,) = _rows(tmp_path, "suite.jsonl")
+    assert row["arm"] == "deterministic" and not row.get("problems")
+    with pytest.raises(AssertionError):
+        suite.test_i_filtered_needles_among_mixed_filters(standins({"corun": "bi"}))
