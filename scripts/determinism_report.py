@@ -21,7 +21,7 @@ Invariants:
 - suite.jsonl supplies what a digest cannot: the server-observed overlap, prefix-cache hits, aborts,
   distinct samples and the arms that did not start. A key missing from a row reads as null.
 - Each control arm (``MUST_DIVERGE``) has its own negative-control table and check: default SGLang must
-  diverge in a, b, d and i, default SGLang with its radix cache on in n. Scenario n's prefix-cache hits
+  diverge in a, b, d and i, default SGLang with its radix cache on in s. Scenario s's prefix-cache hits
   (each request row's ``cached_tokens``) are tabulated per shape, arm and run.
 - The exit status is 1 iff the Consistency section lists a problem.
 """
