@@ -2,8 +2,8 @@
 the cache checks of the other scenarios), run whole against stand-in servers, their rows recounted by
 ``scripts/determinism_report.py``.
 
-A stand-in answers ``/generate``, ``/flush_cache``, ``/server_info`` and ``/v1/loads`` as SGLang does, over a
-prefix cache of one of these kinds (``StandIn``):
+A stand-in answers ``/generate``, ``/flush_cache``, ``/server_info``, ``/v1/loads``, ``/v1/chat/completions`` and
+``/v1/completions`` as SGLang does, over a prefix cache of one of these kinds (``StandIn``):
 
 - ``rules``: the hits ``--corun-prefix-cache`` serves (``prefix_cache``: grid chunks, and a stored tail for a
   prompt whose first L - 1 tokens are the same), least recently used evicted past its pool; outputs a function
@@ -15,12 +15,14 @@ prefix cache of one of these kinds (``StandIn``):
 - ``none``: no prefix cache, outputs a function of the request alone (a ``--corun`` server without one);
   ``batch``: no cache, outputs that change with the number of requests running (a batch-variant server);
   ``bi``: as ``none``, but a seeded request with min-p takes the server down, as it does SGLang's
-  batch-invariant mode.
+  batch-invariant mode; ``no-grammar``: as ``none``, but blind to grammars.
 
 Every stand-in also streams (cumulative events, as SGLang does by default), ends a request at its first stop
 token id, aborts one by its ``rid`` with what it decoded so far, makes a request's outputs follow the features it
-asks for (penalties, a minimum, a bias, a grammar), never emits a token biased by -100, and returns top-k
-logprobs (tied under a grammar) and chosen ids' logprobs, so scenarios a to p run whole on it.
+asks for (penalties, a minimum, a bias, a grammar), never emits a token biased by -100, returns top-k logprobs
+(tied under a grammar) and chosen ids' logprobs, answers a grammar with a text it accepts and then EOS (in the
+character-level tokenizer of the checkpoint folder, ``_tokenizer``), and answers the official OpenAI client with
+logprobs, token ids, forced tool calls and echoed prompts: scenarios a to r but j run whole on it.
 
 No GPU and no model: this proves the scenario's plumbing (what it sends, in which cache state, what it predicts
 and counts), not SGLang's bits.
@@ -76,7 +78,7 @@ class Cache:
             self.entries.clear()
 
     def hit(self, tokens: tuple, cap: int) -> int:
-        if self.kind in ("none", "batch", "bi"):
+        if self.kind in ("none", "batch", "bi", "no-grammar"):
             return 0
         if self.kind in ("sglang", "any-hit"):
             best = 0
@@ -100,7 +102,7 @@ class Cache:
 
     def keep(self, tokens: tuple, output: tuple) -> None:
         """What a finished request leaves in the cache."""
-        if self.kind in ("none", "batch", "bi"):
+        if self.kind in ("none", "batch", "bi", "no-grammar"):
             return
         if self.kind in ("sglang", "any-hit"):
             self._add(tokens + output, len(tokens) + len(output), "seq")
@@ -136,6 +138,46 @@ def _top(digest: int, salt, step: int, k: int, grammar: bool) -> list:
     return [[v, _h(digest, salt, step, j, "id") % VOCAB, None] for j, v in enumerate(values)]
 
 
+def _char_id(c: str) -> int:
+    """The stand-in tokenizer's id of a printable ASCII character (``_tokenizer``)."""
+    return 3 + ord(c) - 32
+
+
+def _tokenizer(folder: Path) -> None:
+    """A character-level tokenizer (ids 3-97 the printable ASCII characters, 2 the EOS) in ``folder``, for the
+    scenarios that read text: what a stand-in's grammar outputs decode with."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": EOS, **{chr(c): _char_id(chr(c)) for c in range(32, 127)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tokenizer.decoder = decoders.Fuse()
+    tokenizer.add_special_tokens(["<unk>", "<s>", "</s>"])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}))
+
+
+def _grammar_text(params: dict, pick: int) -> str | None:
+    """A text the request's grammar accepts, drawn by ``pick``; None without a grammar. It knows the grammars
+    scenario q sends (``test_suite_surface``) and answers any other with what a permissive one accepts."""
+    colors = ("red", "green", "blue")
+    if params.get("json_schema"):
+        properties = json.loads(params["json_schema"]).get("properties", {})
+        if "age" in properties:
+            return json.dumps({"name": f"n{pick % 997}", "age": pick % 121, "tags": [f"t{pick % 7}"]})
+        return json.dumps({name: pick % 100 for name in properties})
+    if params.get("regex"):
+        if params["regex"] == surface.COLORS:
+            return " ".join(colors[(pick >> i) % 3] for i in range(4 + pick % 10)) + "."
+        return "".join(chr(97 + (pick >> i) % 26) for i in range(5 + pick % 16))
+    if params.get("ebnf"):
+        if params["ebnf"] == surface.TUPLE_EBNF:
+            return "(" + ",".join(str(1 + (pick >> (7 * i)) % 99) for i in range(3 + pick % 2)) + ")"
+        return ("yes", "no")[pick % 2]
+    return None
+
+
 def _serve(kind: str, pool: int, ready) -> None:
     """A stand-in SGLang server over a ``Cache`` of ``kind``, in a process of its own (so the test's client threads
     and load probe do not wait on its work): it sends its port through ``ready`` and serves until killed."""
@@ -143,16 +185,65 @@ def _serve(kind: str, pool: int, ready) -> None:
     running, arrived, aborted = [0], [0.0], set()
 
     def generate(body: dict) -> list[dict] | dict:
+        return counted(batch, body)
+
+    def counted(reply, body: dict):
+        """``reply(body)`` as a running request: it runs from its arrival, and a burst of arrivals starts decoding
+        together, as one batch."""
         with lock:
             arrived[0] = time.monotonic()
             running[0] += 1
-        try:  # a request runs from its arrival; a burst of arrivals starts decoding together, as one batch
+        try:
             while time.monotonic() - arrived[0] < 0.2:  # long enough for a loaded client to send a whole crowd
                 time.sleep(0.01)
-            return batch(body)
+            return reply(body)
         finally:
             with lock:
                 running[0] -= 1
+
+    def openai(route: str, body: dict) -> dict:
+        """``/v1/chat/completions`` or ``/v1/completions`` as SGLang answers the official client: logprobs with their
+        top entries (token texts), ``token_ids`` when asked, a forced tool's call, echoed prompt logprobs; the
+        output a function of the request (and, on ``batch``, of the requests running)."""
+        chat = route.endswith("chat/completions")
+        salt = running[0] if kind == "batch" else 0
+        asked = {k: v for k, v in body.items() if k not in ("stream", "model")}
+        seed = body.get("seed") if body.get("temperature") else None
+        digest = _h(json.dumps(asked, sort_keys=True), seed)
+        steps = body["max_tokens"]
+        ids = [_h(digest, i, salt) % VOCAB for i in range(steps)]
+        lps = [-(_h(digest, i, salt, "lp") % 4096) / 1024 for i in range(steps)]
+        k = body.get("top_logprobs") if chat else body.get("logprobs")
+
+        def tops(i):
+            return sorted(((f"t{_h(digest, i, j, salt) % VOCAB}", -(_h(digest, i, j, salt, "top") % 4096) / 1024)
+                           for j in range(k or 0)), key=lambda t: -t[1])
+
+        usage = {"prompt_tokens": 0, "completion_tokens": steps, "total_tokens": steps}
+        if chat:
+            forced = (body.get("tool_choice") or {}).get("function", {}).get("name")
+            message = {"role": "assistant", "content": None if forced else " ".join(f"t{t}" for t in ids)}
+            if forced:
+                message["tool_calls"] = [{"id": f"call_{digest % 1000}", "type": "function", "function": {
+                    "name": forced, "arguments": json.dumps({"city": f"c{ids[0]}"})}}]
+            content = [{"token": f"t{t}", "logprob": lp, "bytes": None,
+                        "top_logprobs": [{"token": x, "logprob": v, "bytes": None} for x, v in tops(i)]}
+                       for i, (t, lp) in enumerate(zip(ids, lps))]
+            choice = {"index": 0, "message": message, "logprobs": {"content": content},
+                      "finish_reason": "tool_calls" if forced else "length"}
+        else:
+            prompt = body["prompt"].split()
+            usage = {**usage, "prompt_tokens": len(prompt), "total_tokens": len(prompt) + steps}
+            prompt_lps = [None] + [-(_h(digest, w, p, "prompt") % 4096) / 1024 for p, w in enumerate(prompt[1:])]
+            tokens = prompt + [f"t{t}" for t in ids]
+            choice = {"index": 0, "text": " ".join(tokens), "finish_reason": "length", "logprobs": {
+                "tokens": tokens, "token_logprobs": prompt_lps + lps, "text_offset": list(range(len(tokens))),
+                "top_logprobs": [None] + [dict(tops(-p)) for p in range(1, len(prompt))] + [dict(tops(i))
+                                                                                              for i in range(steps)]}}
+        if body.get("return_token_ids"):  # the client sends its extra_body's fields in the body
+            choice["token_ids"] = ids
+        return {"id": f"x{digest}", "object": "chat.completion" if chat else "text_completion", "created": 0,
+                "model": "default", "choices": [choice], "usage": usage}
 
     def batch(body: dict) -> list[dict] | dict:
         params = body["sampling_params"]
@@ -187,7 +278,15 @@ def _serve(kind: str, pool: int, ready) -> None:
         banned = {int(t) for t, bias in (params.get("logit_bias") or {}).items() if bias <= -100}
         out = [_h(digest, seed, sample, i, salt) % VOCAB for i in range(steps)]
         out = [t if t not in banned else (t + 1 + max(banned)) % VOCAB for t in out]
-        logprobs = [-(_h(digest, seed, sample, i, salt, "lp") % 4096) / 1024 for i in range(steps)]
+        text = None if kind == "no-grammar" else _grammar_text(params, _h(digest, seed, sample, salt, "grammar"))
+        if text is not None and params.get("ignore_eos"):  # the grammar's characters to the end, never EOS
+            out = [_char_id(text[i % len(text)]) for i in range(steps)]
+        elif text is not None:  # a grammar's text, then EOS (its matcher accepts nothing else once complete)
+            out = [_char_id(c) for c in text] + [EOS]
+            if len(out) <= steps and finish["type"] != "abort":
+                finish = {"type": "stop", "matched": EOS}
+            out = out[:steps]
+        logprobs = [-(_h(digest, seed, sample, i, salt, "lp") % 4096) / 1024 for i in range(len(out))]
         if finish["type"] == "abort":  # what it decoded before the abort met it
             out, logprobs = out[:done], logprobs[:done]
         stops = [i for i, t in enumerate(out) if t in (params.get("stop_token_ids") or ())]
@@ -248,6 +347,8 @@ def _serve(kind: str, pool: int, ready) -> None:
                 aborted.add(json.loads(raw)["rid"])
                 return self._send(200)
             body = json.loads(raw)
+            if self.path.startswith("/v1/"):
+                return self._send(200, json.dumps(counted(lambda b: openai(self.path, b), body)).encode())
             if not body.get("stream"):
                 return self._send(200, json.dumps(generate(body)).encode())
             # streamed: SGLang's events, each with the output so far (cumulative), then [DONE]
@@ -300,6 +401,7 @@ def standins(tmp_path, monkeypatch):
     checkpoint = tmp_path / "checkpoint"  # what a scenario reads of the model: its EOS
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text(json.dumps({"vocab_size": VOCAB, "eos_token_id": EOS}))
+    _tokenizer(checkpoint)
 
     def start(kinds: dict) -> "suite.Arms":
         servers = {arm: StandIn(kind) for arm, kind in kinds.items()}
@@ -379,10 +481,10 @@ def test_a_servers_n_is_read_as_set_or_as_its_scheduler_resolved_it():
     assert suite.running_limit({**stock, "max_running_requests": 256}) == 256
 
 
-#: Scenarios a to p but j (which needs two --corun arms of one MoE model): what each sends, in which order, and how
-#: it judges, run whole on a stand-in. q and r need text: grammars the output must match, the OpenAI routes.
+#: Scenarios a to r but j (which needs two --corun arms of one MoE model): what each sends, in which order, and how
+#: it judges, run whole on a stand-in.
 SCENARIOS = sorted([(suite, n) for n in dir(suite) if n[:7] in {f"test_{c}_" for c in "abcdefghiklm"}]
-                   + [(surface, n) for n in dir(surface) if n[:7] in {f"test_{c}_" for c in "nop"}],
+                   + [(surface, n) for n in dir(surface) if n[:7] in {f"test_{c}_" for c in "nopqr"}],
                    key=lambda found: found[1])
 
 
@@ -412,3 +514,28 @@ def test_the_batch_invariant_arm_is_never_sent_the_min_p_that_takes_it_down(stan
     assert row["arm"] == "deterministic" and not row.get("problems")
     with pytest.raises(AssertionError):
         suite.test_i_filtered_needles_among_mixed_filters(standins({"corun": "bi"}))
+
+
+def test_scenario_r_reads_the_openai_clients_replies_and_its_control_diverges(standins, tmp_path):
+    """Scenario r through the official client: tool calls, a JSON schema, top-20 and echoed completions parsed into
+    digests, each with its logprobs; a batch-variant ``--corun`` stand-in fails it, and default SGLang's diverges."""
+    surface.test_r_openai_client_requests_alone_and_among_concurrent_clients(
+        standins({"corun": "none", "default": "batch"}))
+    requests = _rows(tmp_path, "requests.jsonl")
+    corun = [r for r in requests if r["arm"] == "corun"]
+    assert {r["key"] for r in corun} == {"tool", "tool2", "schema", "top20", "completion"}
+    assert all(r["tokens"] for r in corun)
+    echoed = next(r for r in corun if r["key"] == "completion")
+    assert echoed["prompt_tokens"] and echoed["logprob_start_len"] == 0  # the echoed prompt's logprobs compared
+    by = {r["arm"]: r for r in _rows(tmp_path, "suite.jsonl")}
+    assert by["corun"]["divergent"] == 0 and by["corun"]["comparisons"] == 10 and by["default"]["divergent"] > 0
+    with pytest.raises(AssertionError, match="corun: diverged in"):
+        surface.test_r_openai_client_requests_alone_and_among_concurrent_clients(standins({"corun": "batch"}))
+
+
+def test_scenario_q_parses_each_needles_text_and_fails_a_server_blind_to_grammars(standins, tmp_path):
+    surface.test_q_grammars_among_co_runners_with_other_grammars(standins({"corun": "none", "default": "batch"}))
+    by = {r["arm"]: r for r in _rows(tmp_path, "suite.jsonl")}
+    assert by["corun"]["divergent"] == 0 and by["default"]["divergent"] > 0
+    with pytest.raises(AssertionError, match="json: its grammar did not complete"):
+        surface.test_q_grammars_among_co_runners_with_other_grammars(standins({"corun": "no-grammar"}))

@@ -310,19 +310,21 @@ def _send_openai(url: str, item: dict, greedy: bool, claim: int) -> evidence.Sen
 
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=900, max_retries=0)
     params = {"max_new_tokens": 32 if item["kind"] == "completion" else MAX_TOKENS, "ignore_eos": False}
-    start = time.monotonic()
+    start, prompt = time.monotonic(), {}
     try:
         if item["kind"] == "completion":
             out = client.completions.create(model="default", **_completion(item["question"], item["seed"], greedy))
             generation = _of_completion(out.choices[0], out.usage.prompt_tokens)
+            prompt = {"logprob_start_len": 0}  # echo: the prompt's logprobs are compared too
         else:
             out = client.chat.completions.create(model="default", **_chat(item["kind"], item["question"],
                                                                           item["seed"], greedy))
             generation = _of_chat(out.choices[0])
+        prompt["prompt_tokens"] = out.usage.prompt_tokens
     except (openai.OpenAIError, httpx.HTTPError, AttributeError, TypeError):
         generation = None
     return evidence.Sent(item["key"], item["run"], item["role"], params, generation, start, time.monotonic(),
-                         claim if item["role"] == "compared" else 0)
+                         claim if item["role"] == "compared" else 0, **prompt)
 
 
 NEEDLE_KINDS = [("tool", 0), ("tool2", 1), ("schema", 2), ("top20", 3), ("completion", 4)]
