@@ -461,15 +461,22 @@ def write_pages(chunks: list[Chunk], records: dict[str, dict | None], runtime: s
     regenerate()
 
 
+def suite_notes(suite: Path) -> list[str]:
+    """What was found reading a suite chunk's rows, from its folder's ``note.md`` (written beside the data, so a
+    rerun, which replaces the folder, drops it), one paragraph per chunk: "<chunk folder>: <note>"."""
+    return [f"{note.parent.name}: {' '.join(note.read_text().split())}" for note in sorted(suite.glob("*/note.md"))]
+
+
 def regenerate() -> None:
     """The pages recounted from every chunk committed so far: the determinism report from the suite chunks'
     per-request rows, the benchmarks v2 summary from their runs."""
     subprocess.run([sys.executable, str(ROOT / "scripts" / "result_pages.py"), str(RESULTS)], cwd=ROOT, check=False)
     suite = RESULTS / "suite"
     if list(suite.rglob("requests.jsonl")):
+        notes = [arg for note in suite_notes(suite) for arg in ("--note", note)]
         subprocess.run([sys.executable, str(ROOT / "scripts" / "determinism_report.py"), str(suite),
                         "--out", str(RESULTS / "determinism.md"), "--command", "scripts/gpu_queue.py (suite chunks)",
-                        "--title", "Determinism suite (GPU queue chunks)"], cwd=ROOT, check=False)
+                        "--title", "Determinism suite (GPU queue chunks)", *notes], cwd=ROOT, check=False)
     runs = sorted((RESULTS / "bench" / "v2").glob("*/runs.jsonl"))
     if runs:
         merged = RESULTS / "bench" / "v2" / "runs.jsonl"

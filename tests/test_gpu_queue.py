@@ -191,6 +191,15 @@ def test_a_cut_chunk_leaves_nothing_running_also_in_sessions_of_its_own(tmp_path
         time.sleep(0.1)
 
 
+def test_a_suite_chunks_note_reaches_the_determinism_page_and_leaves_with_its_rerun(tmp_path):
+    (tmp_path / "pair-a").mkdir()
+    (tmp_path / "pair-b").mkdir()
+    (tmp_path / "pair-b" / "note.md").write_text("The arm\nexited at i.\n")
+    assert queue.suite_notes(tmp_path) == ["pair-b: The arm exited at i."]
+    shutil.rmtree(tmp_path / "pair-b")  # ingest replaces a rerun chunk's folder whole
+    assert queue.suite_notes(tmp_path) == []
+
+
 def test_the_committed_queue_page_and_results_readme_are_current_for_head():
     """docs/results/queue.md and the pages table of docs/results/README.md say what ``page`` writes for HEAD's
     runtime: regenerate them (``scripts/gpu_queue.py page``) with every change to the runtime or the queue."""
