@@ -211,6 +211,7 @@ def _serve(kind: str, pool: int, ready) -> None:
         seed = body.get("seed") if body.get("temperature") else None
         digest = _h(json.dumps(asked, sort_keys=True), seed)
         steps = body["max_tokens"]
+        time.sleep(0.015 * steps)  # decoding: long enough to outlast the arrival of a crowd of client threads
         ids = [_h(digest, i, salt) % VOCAB for i in range(steps)]
         lps = [-(_h(digest, i, salt, "lp") % 4096) / 1024 for i in range(steps)]
         k = body.get("top_logprobs") if chat else body.get("logprobs")
