@@ -176,7 +176,9 @@ def compare(requests: list[dict]) -> tuple[list[tuple[dict, bool]], dict]:
     it, else the first read after it. A disagreement between digest and ``first_divergence``, a compared or
     null row whose key has no reference, a key with several references one of which no row is compared
     with, a reference with a first_divergence, an unknown role, a row missing a required key and a row with
-    ``tokens == 0`` are problems; a row without a reference is left out of the outcomes.
+    ``tokens == 0`` are problems. A row without a reference, and a row that has no output or whose reference
+    has none (``tokens == 0``: a server that did not answer), are left out of the outcomes: two missing
+    outputs agree about nothing.
     """
     found: dict = {}
     refs = collections.defaultdict(list)
@@ -210,6 +212,8 @@ def compare(requests: list[dict]) -> tuple[list[tuple[dict, bool]], dict]:
                 continue
             ref = later[0]
         bound.add(id(ref))
+        if row.get("tokens") == 0 or ref.get("tokens") == 0:
+            continue
         divergent = row["digest"] != ref["digest"]
         first = row.get("first_divergence")
         if divergent and first is None:

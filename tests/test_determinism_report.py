@@ -160,6 +160,21 @@ def test_a_row_with_no_tokens_is_flagged_and_main_exits_1(tmp_path):
     assert json.loads(out.with_suffix(".json").read_text())["problems"]
 
 
+def test_rows_without_output_are_no_comparisons():
+    """A server that stopped answering gives empty outputs, whose digests agree with each other: they count
+    neither as identical nor as divergent, and each is flagged."""
+    rows = _needle("corun-prefix", "a", "p0", [("ref", None)])
+    rows += _needle("corun-prefix", "a", "p1", [("ref", None), ("ref", None)])
+    for row in rows[3:]:  # p1's reference, null and compared rows: all empty
+        row["tokens"] = 0
+    rows.append(_req("corun-prefix", "a", "p0", "compared", "empty", 0, run=1, tokens=0))
+    summary = report.recompute(rows, [])
+    assert summary["cells"]["qwen3-8b|a|corun-prefix"] == [0, 1]  # p0's one answered comparison
+    assert summary["controls"]["null"]["corun-prefix"] == [0, 1]
+    assert sum("rows with tokens == 0" in p for p in summary["problems"]) == 1
+    assert "rows with tokens == 0 (5 rows, e.g. key p1, run reference-0" in summary["problems"][0]
+
+
 def test_a_missing_or_doubled_reference_is_flagged():
     rows = [r for r in _needle("corun", "b", "n", [("ref", None)]) if r["role"] != "reference"]
     summary = report.recompute(rows, [])
