@@ -14,6 +14,9 @@ Invariants (each a pass-through without ``--corun-prefix-cache``):
   KV pool), so no tail outlives the slots it points at;
 - a request's ``cache_protected_len`` covers the KV it does not own (its tree path, and a stored tail), which
   full-sequence admission counts once for all who share it (``shared_tokens``), never in a request's own.
+- every slot tensor it hands SGLang (tree values, stored tails, ``req.prefix_indices``) is int64, as SGLang's
+  own cache hands them: its GPU writer of the request pool (``write_req_to_token_pool_triton``) reads a
+  prefix through an int64 pointer, whatever the tensor's dtype.
 What each request holds lives in ``_held``, never on the request.
 """
 
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+
+import torch
 
 from corun_sglang.core import prefix_cache
 from corun_sglang.serving.adapters import state
@@ -87,8 +92,6 @@ def match_prefix(original, self, params):
     if prefix_cache.tail_usable(prompt_len, len(result.device_indices), cap, g):
         tail = store(self).get(_key(req))
         if tail is not None:
-            import torch
-
             h.offered = True
             indices = torch.cat([result.device_indices, tail.slots.to(result.device_indices.device)])
             result = result._replace(device_indices=indices, cache_protected_len=len(indices))
@@ -145,12 +148,12 @@ def cache_unfinished_req(original, self, req, *args, **kwargs):
     slots = self.req_to_token_pool.req_to_token[req.req_pool_idx, :end]
     h = held(req)
     if not h.tail:
-        tail = prefix_cache.Tail(_key(req), slots[start:end].to(dtype=slots.dtype, copy=True), start, end)
+        tail = prefix_cache.Tail(_key(req), slots[start:end].to(dtype=torch.int64, copy=True), start, end)
         if store(self).add(tail):  # it now holds the stored tail; else its own slots stay its own
             h.tail = True
     if h.tail:
         req.cache_protected_len = end
-    req.prefix_indices = slots.to(copy=True)
+    req.prefix_indices = slots.to(dtype=torch.int64, copy=True)
 
 
 def cache_finished_req(original, self, req, is_insert: bool = True, *args, kv_len_to_handle: int, **kwargs):
@@ -170,7 +173,7 @@ def cache_finished_req(original, self, req, is_insert: bool = True, *args, kv_le
         from sglang.srt.mem_cache.radix_cache import RadixKey
 
         key = RadixKey(req.origin_input_ids[:start], req.extra_key, is_bigram=self.is_eagle)
-        values = kv[:start].to(dtype=kv.dtype, copy=True)
+        values = kv[:start].to(dtype=torch.int64, copy=True)
         inserted = self.insert(InsertParams(key=key, value=values, priority=getattr(req, "priority", 0) or 0))
         allocator.free_segment(kv[tree_len:inserted.prefix_len], start_pos=tree_len)  # duplicates
         tree_len = start

@@ -32,6 +32,17 @@ def _digests(tokens):
     return out
 
 
+def _as_the_gpu_writer_reads(prefix):
+    """A request's prefix as SGLang's GPU writer of the request pool reads it (``write_req_to_token_pool_triton``
+    in sglang/kernels/ops/memory/common.py): its memory through an int64 pointer, whatever its dtype. (On the CPU
+    SGLang copies it with a dtype cast instead, which would hide a prefix of another dtype.)"""
+    raw = prefix.contiguous().view(torch.uint8)
+    need = 8 * len(prefix)
+    assert raw.numel() >= need, (f"SGLang's GPU writer would read {need} bytes of this {prefix.dtype} prefix of "
+                                 f"{raw.numel()} bytes: past its end, and slot numbers made of two int32s")
+    return raw[:need].view(torch.int64)
+
+
 class Sim:
     """SGLang's prefill and decode loop over its own cache classes, with provenance for every KV slot."""
 
@@ -80,7 +91,7 @@ class Sim:
         start, end = req.extend_range.start, req.extend_range.end
         if req.req_pool_idx is None:
             self.r2t.alloc([req])
-        self.r2t.req_to_token[req.req_pool_idx, :start] = req.prefix_indices[:start]
+        self.r2t.req_to_token[req.req_pool_idx, :start] = _as_the_gpu_writer_reads(req.prefix_indices)[:start]
         slots = self._alloc(end - start)
         self.r2t.req_to_token[req.req_pool_idx, start:end] = slots
         digests = _digests(req.origin_input_ids[:end])
