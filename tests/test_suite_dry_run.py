@@ -3,7 +3,8 @@ the cache checks of the other scenarios), run whole against stand-in servers, th
 ``scripts/determinism_report.py``.
 
 A stand-in answers ``/generate``, ``/flush_cache``, ``/server_info``, ``/v1/loads``, ``/v1/chat/completions`` and
-``/v1/completions`` as SGLang does, over a prefix cache of one of these kinds (``StandIn``):
+``/v1/completions`` as SGLang does, and publishes its running count in shared memory with SGLang's writer, as
+SGLang's scheduler does, over a prefix cache of one of these kinds (``StandIn``):
 
 - ``rules``: the hits ``--corun-prefix-cache`` serves (``prefix_cache``: grid chunks, and a stored tail for a
   prompt whose first L - 1 tokens are the same), least recently used evicted past its pool; outputs a function
@@ -178,11 +179,18 @@ def _grammar_text(params: dict, pick: int) -> str | None:
     return None
 
 
-def _serve(kind: str, pool: int, ready) -> None:
+def _serve(kind: str, pool: int, snapshots: str, ready) -> None:
     """A stand-in SGLang server over a ``Cache`` of ``kind``, in a process of its own (so the test's client threads
-    and load probe do not wait on its work): it sends its port through ``ready`` and serves until killed."""
+    and load probe do not wait on its work): it publishes its running count as SGLang's scheduler does (SGLang's
+    own writer, at ``snapshots``), sends its port through ``ready`` and serves until killed."""
+    from sglang.srt.managers.load_snapshot import LoadSnapshot, ShmLoadSnapshotWriter
+
     cache, lock = Cache(kind, pool), threading.Lock()
     running, arrived, aborted = [0], [0.0], set()
+    writer = ShmLoadSnapshotWriter(snapshots, dp_size=1, dp_rank=0)
+
+    def publish() -> None:  # under ``lock``
+        writer.write(LoadSnapshot(timestamp=time.time(), dp_rank=0, num_running_reqs=running[0]))
 
     def generate(body: dict) -> list[dict] | dict:
         return counted(batch, body)
@@ -193,6 +201,7 @@ def _serve(kind: str, pool: int, ready) -> None:
         with lock:
             arrived[0] = time.monotonic()
             running[0] += 1
+            publish()
         try:
             while time.monotonic() - arrived[0] < 0.2:  # long enough for a loaded client to send a whole crowd
                 time.sleep(0.01)
@@ -200,6 +209,7 @@ def _serve(kind: str, pool: int, ready) -> None:
         finally:
             with lock:
                 running[0] -= 1
+                publish()
 
     def openai(route: str, body: dict) -> dict:
         """``/v1/chat/completions`` or ``/v1/completions`` as SGLang answers the official client: logprobs with their
@@ -376,16 +386,19 @@ def _serve(kind: str, pool: int, ready) -> None:
 
 
 class StandIn:
-    """``_serve``'s server on a free port, as ``launch.Server`` hands a server to the suite: ``url``, ``stop()``."""
+    """``_serve``'s server on a free port, as ``launch.Server`` hands a server to the suite: ``url``, ``pid``,
+    ``stop()``."""
 
-    def __init__(self, kind: str, pool: int = POOL):
+    def __init__(self, kind: str, folder: Path, pool: int = POOL):
         context = multiprocessing.get_context("fork")
         here, there = context.Pipe()
-        self.process = context.Process(target=_serve, args=(kind, pool, there), daemon=True)
+        snapshots = folder / f"sglang_loads_standin_{kind}_{id(self):x}.shm"
+        self.process = context.Process(target=_serve, args=(kind, pool, str(snapshots), there), daemon=True)
         self.process.start()
         if not here.poll(30):
             raise RuntimeError("the stand-in server did not start")
         self.url = f"http://127.0.0.1:{here.recv()}"
+        self.pid = self.process.pid
 
     def stop(self):
         self.process.kill()
@@ -405,7 +418,7 @@ def standins(tmp_path, monkeypatch):
     _tokenizer(checkpoint)
 
     def start(kinds: dict) -> "suite.Arms":
-        servers = {arm: StandIn(kind) for arm, kind in kinds.items()}
+        servers = {arm: StandIn(kind, tmp_path) for arm, kind in kinds.items()}
         started.extend(servers.values())
         return suite.Arms("standin", servers, VOCAB, {a: 256 for a in servers}, checkpoint, {a: POOL for a in servers})
 

@@ -137,6 +137,11 @@ class Server:
         self.stop()
         raise TimeoutError(f"server not healthy after {timeout}s:\n{self.log_text()[-4000:]}")
 
+    @property
+    def pid(self) -> int:
+        """The server's HTTP process; its scheduler and detokenizer are its descendants."""
+        return self.proc.pid
+
     def _check_synthetic_weights(self) -> None:
         """With ``--load-format dummy`` and the synthetic seed set, the draw must have happened."""
         if expects_synthetic_draw(self.command, self.env) and DRAW_LOG not in self.log_text():

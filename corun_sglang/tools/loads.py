@@ -1,32 +1,38 @@
 """How many requests a server was running, read from the server itself while a test's requests ran.
 
-``LoadProbe`` polls SGLang's ``/v1/loads`` (the scheduler's load snapshot: ``num_running_reqs`` is the
-size of the running decode batch, padding excluded) from a process of its own and keeps every answer
-with the monotonic time it arrived. ``during`` summarizes the samples taken while a request was in
-flight: the evidence that its co-runners really ran beside it, rather than a hope that a thread pool's
-timing put them there. The scheduler republishes its snapshot every ``--load-snapshot-publish-interval``
-decode steps (and after every prefill), so a server started with ``1`` is read step by step.
+``LoadProbe`` reads the load snapshot a server's scheduler publishes in shared memory (SGLang's
+``ShmLoadSnapshotWriter``; ``num_running_reqs`` is the size of the running decode batch, padding excluded),
+from a process of its own, and keeps every reading with the monotonic time it was taken. ``during``
+summarizes the samples taken while a request was in flight: the evidence that its co-runners really ran
+beside it, rather than a hope that a thread pool's timing put them there. The scheduler republishes its
+snapshot every ``--load-snapshot-publish-interval`` decode steps (and after every prefill), so a server
+started with ``1`` is read step by step.
 
-Invariants: ``during`` and ``parse`` are pure; a failed poll is counted, never raised, and never
-becomes a sample; the poller shares no interpreter lock with the client it watches (a burst of a few
-hundred client threads would otherwise starve a polling thread for the whole of a short burst, and
-the windows of its requests would hold no sample of it); samples are taken from the probe's entry to
-its exit, and the first is in before the caller's work starts.
+Invariants: ``during`` and ``parse`` are pure; a failed reading is counted, never raised, and never becomes
+a sample; the probe reads the file the scheduler writes, not ``/v1/loads``, so a server whose HTTP loop is
+busy (a burst being admitted) is still read while its requests run; it reads from a process of its own,
+sharing no interpreter lock with the client it watches (a burst of a few hundred client threads would
+otherwise starve it for the whole of a short burst); samples are taken from the probe's entry to its exit,
+and the first is in before the caller's work starts. A server is named by its process id, so only a server
+on this host can be probed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import multiprocessing
+import os
 import threading
 import time
 
-import httpx
+#: The name SGLang gives the shared-memory file of a server's load snapshots (``load_snapshot.shm_path_for``).
+SNAPSHOT_FILE = "sglang_loads_*.shm"
 
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
-    t: float  # time.monotonic() when the answer arrived
+    t: float  # time.monotonic() when the reading was taken
     running: int
     waiting: int
 
@@ -55,38 +61,81 @@ def during(samples: list[Sample], start: float, end: float) -> Overlap:
     return Overlap(len(inside), max(inside, default=0), min(inside, default=0))
 
 
-def _poll(url: str, interval: float, conn) -> None:
-    """The probe's process: polls ``url`` until told to stop, handing over what it gathered on request."""
+def snapshot_file(pid: int) -> str | None:
+    """The load-snapshot file that process ``pid`` or its descendants hold open (a server's scheduler writes
+    it, its HTTP process reads it), or None; ``RuntimeError`` where they hold several (a process forked with
+    another server's file open), since which one is theirs cannot be told."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return None
+    found = set()
+    for process in tree:
+        try:
+            files = process.open_files()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        found |= {f.path for f in files if fnmatch.fnmatch(os.path.basename(f.path), SNAPSHOT_FILE)}
+    if len(found) > 1:
+        raise RuntimeError(f"process {pid} and its descendants hold {len(found)} load-snapshot files: "
+                           f"{sorted(found)}")
+    return found.pop() if found else None
+
+
+def _reader(path: str):
+    """SGLang's reader of the snapshot file at ``path``, sized by the DP ranks its header names."""
+    from sglang.srt.managers import load_snapshot
+
+    with open(path, "rb") as f:
+        _, _, dp_size, _ = load_snapshot.HEADER_STRUCT.unpack(f.read(load_snapshot.HEADER_STRUCT.size))
+    return load_snapshot.ShmLoadSnapshotReader(path, dp_size)
+
+
+def _poll(path: str, interval: float, conn) -> None:
+    """The probe's process: reads the snapshot file until told to stop, handing over what it gathered on
+    request."""
     samples, failures = [], 0
-    with httpx.Client(timeout=10) as client:
-        while True:
-            if conn.poll():
-                order = conn.recv()
-                conn.send((samples, failures))
-                samples = []
-                if order == "stop":
-                    break
-            try:
-                reply = client.get(url + "/v1/loads", params={"include": "core"})
-                reply.raise_for_status()
-                samples.append(parse(reply.json(), time.monotonic()))
-            except (httpx.HTTPError, KeyError, ValueError, TypeError):
-                failures += 1
-            time.sleep(interval)
+    reader = None
+    while True:
+        if conn.poll():
+            order = conn.recv()
+            conn.send((samples, failures))
+            samples = []
+            if order == "stop":
+                break
+        try:
+            reader = reader or _reader(path)
+            loads = reader.read_all()
+            if not loads:
+                raise ValueError("no snapshot in the file")
+            samples.append(Sample(time.monotonic(), sum(x.num_running_reqs for x in loads),
+                                  sum(x.num_waiting_reqs for x in loads)))
+        except (OSError, ValueError):
+            failures += 1
+        time.sleep(interval)
+    if reader is not None:
+        reader.close()
     conn.close()
 
 
 class LoadProbe:
-    """``with LoadProbe(url) as probe: ...``: ``probe.samples`` grows every ``interval`` seconds."""
+    """``with LoadProbe(server_pid) as probe: ...``: ``probe.samples`` grows every ``interval`` seconds."""
 
-    def __init__(self, url: str, interval: float = 0.005, start_timeout: float = 60.0):
-        self.url, self.interval, self.start_timeout = url, interval, start_timeout
+    def __init__(self, pid: int, interval: float = 0.005, start_timeout: float = 60.0):
+        path = snapshot_file(pid)
+        if path is None:
+            raise RuntimeError(f"process {pid} holds no load-snapshot file ({SNAPSHOT_FILE}): not an SGLang "
+                               "server on this host")
+        self.path, self.interval, self.start_timeout = path, interval, start_timeout
         self._samples: list[Sample] = []
         self._failures = 0
         self._lock = threading.Lock()
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_poll, args=(url, interval, child), daemon=True)
+        self._process = ctx.Process(target=_poll, args=(path, interval, child), daemon=True)
         self._done = False
 
     def _collect(self, order: str = "get") -> None:
@@ -121,7 +170,7 @@ class LoadProbe:
         while not (self.samples or self._failures):
             if time.monotonic() > deadline or not self._process.is_alive():
                 self.__exit__()
-                raise RuntimeError(f"the load probe of {self.url} took no sample (its process "
+                raise RuntimeError(f"the load probe of {self.path} took no sample (its process "
                                    f"{'ended' if not self._process.is_alive() else f'waited {self.start_timeout:.0f} s'})")
             time.sleep(self.interval)
         return self

@@ -4,8 +4,8 @@ Every case of ``request_corpus.CASES`` is sent (native ``/generate`` and the Ope
 streaming or not, batches and ``n > 1``) while eight seeded co-runners decode. The server must keep
 serving, every refused case must get a 4xx (a streamed ``/generate`` an error event with a 4xx code),
 every served case a 200, and each co-runner's tokens and logprobs must equal its run alone, bit for bit.
-The server's own running count (``/v1/loads``) must show all eight co-runners running while the corpus
-is sent.
+The server's own running count (its scheduler's load snapshot) must show all eight co-runners
+running while the corpus is sent.
 """
 
 import json
@@ -57,7 +57,7 @@ def test_malformed_requests_get_4xx_and_change_no_co_runner(launch, checkpoint, 
     co_runners = [harness.request(p, 256, 0.8, 300 + i) for i, p in enumerate(generate.token_prompts(8, 64, 512, seed=30))]
     try:
         alone = harness.generate(server.url, co_runners, concurrent=False)
-        with ThreadPoolExecutor(len(co_runners) + 1) as pool, LoadProbe(server.url) as probe:
+        with ThreadPoolExecutor(len(co_runners) + 1) as pool, LoadProbe(server.pid) as probe:
             busy = pool.submit(harness.generate, server.url, co_runners)
             start = time.monotonic()
             with httpx.Client(base_url=server.url, timeout=600) as client:

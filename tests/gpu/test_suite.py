@@ -22,9 +22,10 @@ server and the outputs, what it claims (``corun_sglang.tools.evidence``):
 
 - a null control: requests served alone twice must agree (else a cache or an unseeded sampler, not
   the batch, would explain a divergence);
-- overlap: while each compared request was in flight the server's own running-request count
-  (``/v1/loads``, republished every decode step) reached ``intended``: at least an eighth of its
-  batch (capped at N) and at least 2 (the report gives the maximum it saw);
+- overlap: while each compared request was in flight the server's own running-request count (its
+  scheduler's load snapshot, republished every decode step, read from shared memory) reached
+  ``intended``: at least an eighth of its batch (capped at N) and at least 2 (the report gives the
+  maximum it saw);
 - no prefix-cache hits (``cached_tokens`` 0 in every reply) on an arm without a cache; on ``corun-prefix``,
   only hits its rules serve (``tools.prefix_hits.allowed``), and in scenario s exactly the hits they predict;
 - every output whole: non-empty and of its ``max_new_tokens``, unless it ended by EOS or a stop token.
@@ -237,7 +238,7 @@ class Lane:
 def _probed(arms: Arms, arm: str, plan):
     """``plan(lane)`` on one arm's server while a ``LoadProbe`` reads its running count: (sends, probe)."""
     server = arms.servers[arm]
-    with LoadProbe(server.url) as probe:
+    with LoadProbe(server.pid) as probe:
         return plan(Lane(arm, server.url, arms.n[arm], arms.pool.get(arm, 0))), probe
 
 
