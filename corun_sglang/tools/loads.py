@@ -23,6 +23,7 @@ import dataclasses
 import fnmatch
 import multiprocessing
 import os
+import struct
 import threading
 import time
 
@@ -113,7 +114,7 @@ def _poll(path: str, interval: float, conn) -> None:
                 raise ValueError("no snapshot in the file")
             samples.append(Sample(time.monotonic(), sum(x.num_running_reqs for x in loads),
                                   sum(x.num_waiting_reqs for x in loads)))
-        except (OSError, ValueError):
+        except (OSError, ValueError, struct.error):  # gone, not yet written, or cut short
             failures += 1
         time.sleep(interval)
     if reader is not None:
