@@ -3,6 +3,8 @@
 The servers here are small processes that publish with SGLang's own ``ShmLoadSnapshotWriter``, as SGLang's
 scheduler does, and answer ``/v1/loads`` from an HTTP loop that can be kept busy."""
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -67,7 +69,7 @@ class _Server:
     def __init__(self, folder):
         self.path = folder / "sglang_loads_test_0a1b2c3d.shm"
         self.proc = subprocess.Popen([sys.executable, "-c", _SERVER, str(self.path)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, text=True, start_new_session=True)
         self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
 
     def tell(self, word: str, value) -> None:
@@ -76,7 +78,7 @@ class _Server:
         assert self.proc.stdout.readline().strip() == "ok"
 
     def stop(self):
-        self.proc.kill()
+        os.killpg(self.proc.pid, signal.SIGKILL)  # its publisher too
         self.proc.wait()
 
 
