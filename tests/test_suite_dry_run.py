@@ -2,7 +2,7 @@
 the cache checks of the other scenarios), run whole against stand-in servers, their rows recounted by
 ``scripts/determinism_report.py``.
 
-A stand-in answers ``/generate``, ``/flush_cache``, ``/server_info``, ``/v1/loads``, ``/v1/chat/completions`` and
+A stand-in answers ``/generate``, ``/flush_cache``, ``/server_info``, ``/v1/chat/completions`` and
 ``/v1/completions`` as SGLang does, and publishes its running count in shared memory with SGLang's writer, as
 SGLang's scheduler does, over a prefix cache of one of these kinds (``StandIn``):
 
@@ -338,9 +338,7 @@ def _serve(kind: str, pool: int, snapshots: str, ready) -> None:
             self.wfile.write(data)
 
         def do_GET(self):
-            if self.path.startswith("/v1/loads"):
-                got = {"loads": [{"num_running_reqs": running[0], "num_waiting_reqs": 0}]}
-            elif self.path == "/server_info":
+            if self.path == "/server_info":
                 got = {"max_running_requests": 256, "max_total_num_tokens": pool, "disable_radix_cache": False}
             else:
                 return self._send(404)

@@ -8,7 +8,7 @@ beside it, rather than a hope that a thread pool's timing put them there. The sc
 snapshot every ``--load-snapshot-publish-interval`` decode steps (and after every prefill), so a server
 started with ``1`` is read step by step.
 
-Invariants: ``during`` and ``parse`` are pure; a failed reading is counted, never raised, and never becomes
+Invariants: ``during`` is pure; a failed reading is counted, never raised, and never becomes
 a sample; the probe reads the file the scheduler writes, not ``/v1/loads``, so a server whose HTTP loop is
 busy (a burst being admitted) is still read while its requests run; it reads from a process of its own,
 sharing no interpreter lock with the client it watches (a burst of a few hundred client threads would
@@ -50,12 +50,6 @@ class Overlap:
         return {"intended": intended, **dataclasses.asdict(self)}
 
 
-def parse(body: dict, t: float) -> Sample:
-    """A ``/v1/loads`` answer as one sample: the counts summed over its DP ranks."""
-    loads = body["loads"]
-    return Sample(t, sum(int(x["num_running_reqs"]) for x in loads), sum(int(x["num_waiting_reqs"]) for x in loads))
-
-
 def during(samples: list[Sample], start: float, end: float) -> Overlap:
     """The counts sampled in [start, end]; zeros if none was taken there."""
     inside = [s.running for s in samples if start <= s.t <= end]
@@ -95,6 +89,15 @@ def _reader(path: str):
     return load_snapshot.ShmLoadSnapshotReader(path, dp_size)
 
 
+def reading(reader) -> Sample:
+    """One sample from SGLang's snapshot ``reader``: the counts summed over its DP ranks; ``ValueError`` where
+    no rank has published."""
+    loads = reader.read_all()
+    if not loads:
+        raise ValueError("no snapshot in the file")
+    return Sample(time.monotonic(), sum(x.num_running_reqs for x in loads), sum(x.num_waiting_reqs for x in loads))
+
+
 def _poll(path: str, interval: float, conn) -> None:
     """The probe's process: reads the snapshot file until told to stop, handing over what it gathered on
     request."""
@@ -109,11 +112,7 @@ def _poll(path: str, interval: float, conn) -> None:
                 break
         try:
             reader = reader or _reader(path)
-            loads = reader.read_all()
-            if not loads:
-                raise ValueError("no snapshot in the file")
-            samples.append(Sample(time.monotonic(), sum(x.num_running_reqs for x in loads),
-                                  sum(x.num_waiting_reqs for x in loads)))
+            samples.append(reading(reader))
         except (OSError, ValueError, struct.error):  # gone, not yet written, or cut short
             failures += 1
         time.sleep(interval)

@@ -59,7 +59,7 @@ import pytest
 from corun_sglang.core.prefix_cache import GRID
 from corun_sglang.probes import generate
 from corun_sglang.probes.harness import append_rows, flush_cache
-from corun_sglang.tools import evidence, loads, prefix_hits
+from corun_sglang.tools import evidence, prefix_hits
 from corun_sglang.tools.loads import LoadProbe
 
 import harness
@@ -214,8 +214,13 @@ def intended(total: int, n: int) -> int:
 class Lane:
     """One arm's server as a scenario sees it: sends with the arm's bodies, claims overlap out of its N."""
 
-    def __init__(self, arm: str, url: str, n: int, pool: int = 0):
-        self.arm, self.url, self.n, self.pool = arm, url, n, pool
+    def __init__(self, arm: str, url: str, n: int, pool: int, probe: LoadProbe):
+        self.arm, self.url, self.n, self.pool, self.probe = arm, url, n, pool, probe
+
+    def running(self) -> int:
+        """The server's running-request count at the probe's latest reading."""
+        samples = self.probe.samples
+        return samples[-1].running if samples else 0
 
     def body(self, body: dict) -> dict:
         return BODY.get(self.arm, lambda b: b)(body)
@@ -239,7 +244,7 @@ def _probed(arms: Arms, arm: str, plan):
     """``plan(lane)`` on one arm's server while a ``LoadProbe`` reads its running count: (sends, probe)."""
     server = arms.servers[arm]
     with LoadProbe(server.pid) as probe:
-        return plan(Lane(arm, server.url, arms.n[arm], arms.pool.get(arm, 0))), probe
+        return plan(Lane(arm, server.url, arms.n[arm], arms.pool.get(arm, 0), probe)), probe
 
 
 def _judge(arms: Arms, arm: str, scenario: str, sents, probe, more=(), references=None, **extra) -> list[str]:
@@ -440,14 +445,6 @@ def test_m_parallel_samples_among_co_runners(arms):
     _across_arms(arms, "m", _alone_then_among([group], trials))
 
 
-def _running(url: str) -> int:
-    """The server's running-request count (``/v1/loads``), 0 when it does not answer."""
-    try:
-        return loads.parse(httpx.get(url + "/v1/loads", params={"include": "core"}, timeout=10).json(), 0.0).running
-    except (httpx.HTTPError, KeyError, ValueError):
-        return 0
-
-
 def test_h_aborted_co_runners_do_not_change_the_needles(arms):
     needles = _needles(arms, 2, 90, 96, 0.8, 200, 200)
     others = _fillers(arms, 62, 91, 512)
@@ -462,7 +459,7 @@ def test_h_aborted_co_runners_do_not_change_the_needles(arms):
         def abort_later():
             # abort once the server itself runs half the batch, so the aborts meet running requests
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and _running(lane.url) < len(mine) // 2:
+            while time.monotonic() < deadline and lane.running() < len(mine) // 2:
                 time.sleep(0.05)
             time.sleep(0.5)
             for o in mine[::2]:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from corun_sglang.tools import loads as loads_module
-from corun_sglang.tools.loads import LoadProbe, Sample, during, parse, snapshot_file
+from corun_sglang.tools.loads import LoadProbe, Sample, during, snapshot_file
 
 #: A server in the small: a child process publishes ``running`` (read from stdin, one count a line) with SGLang's
 #: writer at argv[1]; the parent answers ``/v1/loads`` from a one-threaded HTTP loop that a line ``block S``
@@ -89,10 +89,21 @@ def server(tmp_path_factory):
     s.stop()
 
 
-def test_an_answer_sums_its_dp_ranks():
-    body = {"timestamp": "x", "loads": [{"num_running_reqs": 3, "num_waiting_reqs": 1},
-                                        {"num_running_reqs": 5, "num_waiting_reqs": 0}]}
-    assert parse(body, 2.0) == Sample(2.0, 8, 1)
+def test_a_reading_sums_the_dp_ranks_of_sglangs_snapshot_file(tmp_path):
+    from sglang.srt.managers.load_snapshot import LoadSnapshot, ShmLoadSnapshotWriter
+
+    path = str(tmp_path / "sglang_loads_dp2.shm")
+    writers = [ShmLoadSnapshotWriter(path, dp_size=2, dp_rank=r) for r in (0, 1)]
+    for rank, (running, waiting) in enumerate([(3, 1), (5, 0)]):
+        writers[rank].write(LoadSnapshot(dp_rank=rank, num_running_reqs=running, num_waiting_reqs=waiting))
+    reader = loads_module._reader(path)
+    try:
+        got = loads_module.reading(reader)
+    finally:
+        reader.close()
+        for w in writers:
+            w.close()
+    assert (got.running, got.waiting) == (8, 1)
 
 
 def test_a_window_keeps_only_its_samples():
@@ -155,7 +166,8 @@ def test_the_probe_reads_a_server_whose_http_loop_is_busy_and_v1_loads_would_not
     def poll_http():
         with httpx.Client(timeout=10) as client:
             while not stop.is_set():
-                polled.append(parse(client.get(server.url + "/v1/loads").json(), time.monotonic()))
+                (load,) = client.get(server.url + "/v1/loads").json()["loads"]
+                polled.append(Sample(time.monotonic(), load["num_running_reqs"], load["num_waiting_reqs"]))
                 time.sleep(0.005)
 
     with LoadProbe(server.proc.pid) as probe:
