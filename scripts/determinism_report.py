@@ -19,7 +19,7 @@ Invariants:
 - A cell with suite.jsonl rows but no per-request rows at all (older rows) keeps the suite's counts,
   marked ``*`` in the report and listed under ``unverified`` in the JSON summary.
 - suite.jsonl supplies what a digest cannot: the server-observed overlap, prefix-cache hits, aborts,
-  distinct samples and the arms that did not start. A key missing from a row reads as null.
+  distinct samples, the arms that did not start and the servers that exited in a scenario. A key missing from a row reads as null.
 - Each control arm (``MUST_DIVERGE``) has its own negative-control table and check: default SGLang must
   diverge in a, b, d and i, default SGLang with its radix cache on in s. Scenario s's prefix-cache hits
   (each request row's ``cached_tokens``) are tabulated per shape, arm and run.
@@ -323,8 +323,8 @@ def recompute(requests: list[dict], suite: list[dict]) -> dict:
             "aborted_running": _present(ran, "aborted_running"),
             "distinct_samples": _present(ran, "distinct_samples"),
         },
-        "failed": [{"shape": r.get("shape"), "arm": r.get("arm"), "error": _last_line(r["error"])}
-                   for r in suite if r.get("error")],
+        "failed": [{"shape": r.get("shape"), "arm": r.get("arm"), "scenario": r.get("scenario"),
+                    "error": _last_line(r["error"])} for r in suite if r.get("error")],
         "unverified": sorted(unverified),
         "problems": _problem_lines(found),
     }
@@ -451,7 +451,10 @@ def checks(summary: dict) -> list[str]:
                            for shape, v in where.items())
         out.append(f"overlap: NOT PROVEN in {len(unproven)} of {len(overlap)} cells ({detail})")
     for f in summary["failed"]:
-        out.append(f"{f['shape']}: the {f['arm']} arm did not start ({f['error']})")
+        if f.get("scenario") in (None, "start"):
+            out.append(f"{f['shape']}: the {f['arm']} arm did not start ({f['error']})")
+        else:  # a server that exited in a scenario (the suite started it again)
+            out.append(f"{f['shape']}, {f['scenario']}: the {f['arm']} arm failed: {f['error']}")
     n = len(summary["problems"])
     out.append("consistency: no problems" if not n else f"consistency: {n} problems (see Consistency)")
     return out

