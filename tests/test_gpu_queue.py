@@ -278,6 +278,10 @@ def _check_bench(chunk, argv: list[str]) -> set[str]:
     args = _parse(parser, argv[1:], chunk.id)
     assert args.shape in _shapes(), f"{chunk.id}: shape {args.shape}"
     uses = {"smollm2"} if args.shape == "smollm2" else set()
+    if argv[0] == "bench.prefill_history":  # its arms' servers are its own
+        for arm in args.arms.split(","):
+            uses |= _server([*module.SERVER_ARGS, *module.ARMS[arm]], f"{chunk.id} {arm}")
+        return uses
     shared = args.server_args.split()
     if argv[0] == "bench.run":
         arms, extra, _, _ = module.settle(parser, args)
