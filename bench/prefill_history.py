@@ -158,7 +158,8 @@ def summarize_arm(r: dict) -> dict:
     ran; whether the server lived, and its first error."""
     return {"differ_in_orders": [len(o["differ"]) for o in r["orders"][1:]],
             "differ_after_bursts": None if r["after"] is None else len(r["after"]["differ"]),
-            "bursts": r["bursts"], "alive": r["alive"], "error": r["error"], "first_error_line": r.get("first_error_line")}
+            "bursts": r["bursts"], "alive": r["alive"], "error": r["error"],
+            "first_error_line": r.get("first_error_line")}
 
 
 if __name__ == "__main__":

@@ -573,6 +573,24 @@ def test_a_server_found_dead_before_a_scenario_is_started_again_and_the_scenario
     assert {r["arm"]: r["divergent"] > 0 for r in judged} == {"corun": False, "default": True}
 
 
+def test_an_arm_whose_plan_raises_fails_alone_and_the_others_rows_are_written(standins, tmp_path, monkeypatch):
+    arms = standins({"corun": "none", "default": "batch"})
+    probe, doomed = suite.LoadProbe, arms.servers["default"].pid
+
+    def failing(pid, *a, **k):
+        if pid == doomed:
+            raise RuntimeError("no load-snapshot file")
+        return probe(pid, *a, **k)
+
+    monkeypatch.setattr(suite, "LoadProbe", failing)
+    with pytest.raises(AssertionError, match="default: RuntimeError: no load-snapshot file") as failed:
+        suite.test_a_bs1_vs_bs32(arms)
+    assert "corun:" not in str(failed.value)
+    rows = _rows(tmp_path, "suite.jsonl")
+    assert [(r["arm"], "error" in r) for r in rows] == [("corun", False), ("default", True)]
+    assert rows[0]["comparisons"] == 32 and rows[0]["divergent"] == 0
+
+
 def test_an_arm_whose_server_cannot_start_again_leaves_and_the_others_go_on(standins, tmp_path):
     arms = standins({"corun": "none", "default": "batch"})
     arms.start = None

@@ -302,8 +302,8 @@ EXIT_WAIT = 20.0
 
 
 def _restarted(arms: Arms, arm: str, scenario: str, when: str, wait: float = 0) -> list[str]:
-    """Where ``arm``'s server has exited (within ``wait`` seconds): its row stating so (``error``, with the server
-    log's last error line), the server started again so the later scenarios still run on every arm, and the
+    """Where ``arm``'s server has exited (within ``wait`` seconds): its row stating so (``error``, with the first
+    error line of the server's log), the server started again so the later scenarios still run on every arm, and the
     problem that fails this scenario (none for an arm reported only). An arm whose server cannot be started again
     leaves the suite (that is in its row too)."""
     server = arms.servers[arm]
@@ -333,9 +333,11 @@ def _across_arms(arms: Arms, scenario: str, plan, check=None, **extra):
     One arm's failure is that arm's finding alone: every other arm's rows are written whatever it does. A server
     that exited (before the scenario or during it) is named in a row and the scenario's problems, and started again
     (``_restarted``)."""
-    problems = [p for arm in list(arms.servers) if runs(arm, scenario) for p in _restarted(arms, arm, scenario, "before")]
+    problems = [p for arm in list(arms.servers) if runs(arm, scenario)
+                for p in _restarted(arms, arm, scenario, "before")]
     taking = [arm for arm in arms.servers if runs(arm, scenario)]
     if not taking:
+        assert not problems, "\n".join(problems)
         pytest.skip(f"no selected arm takes part in scenario {scenario}")
     with ThreadPoolExecutor(len(taking)) as pool:
         futures = {arm: pool.submit(_probed, arms, arm, plan) for arm in taking}
@@ -343,9 +345,11 @@ def _across_arms(arms: Arms, scenario: str, plan, check=None, **extra):
         try:
             sents, probe = future.result()
         except Exception as exc:  # noqa: BLE001 (whatever it was, it is this arm's alone)
-            sents = None
+            sents, why = None, f"{type(exc).__name__}: {str(exc)[-500:]}"
+            _write("suite.jsonl", [{"shape": arms.label, "arm": arm, "scenario": scenario, "comparisons": 0,
+                                    "divergent": 0, "error": why, "config": " ".join(ARMS[arm])}])
             if arm not in REPORTED_ONLY:
-                problems.append(f"{arm}: {type(exc).__name__}: {str(exc)[-500:]}")
+                problems.append(f"{arm}: {why}")
         else:
             more = (lambda row, a=arm, s=sents: check(a, s, row) or []) if check else ()
             problems += _judge(arms, arm, scenario, sents, probe, more, **extra)
