@@ -24,7 +24,7 @@ the graph takes it down. The result names, per arm, the prompts that differed an
 
     python -m bench.prefill_history --shape smollm2 --out prefill_history.json
 
-Invariants: the prompts and orders are a pure function of ``--seed``; an output compared is one the server
+Invariants: the prompts, orders and bursts are a pure function of ``--seed`` (and the model's vocabulary); an output compared is one the server
 returned whole (``max_new_tokens`` tokens); a server that died is reported with its log's first error line,
 never retried.
 """
@@ -56,6 +56,12 @@ def orders(count: int, how_many: int, seed: int) -> list[list[int]]:
     return [list(range(count))] + [rnd.sample(range(count), count) for _ in range(how_many - 1)]
 
 
+def crowds(bursts: int, burst: int, seed: int, vocab: int) -> list[list[list[int]]]:
+    """``bursts`` crowds of ``burst`` prompts of 16 to 1024 tokens, each token below ``vocab`` (the model's)."""
+    prompts = generate.token_prompts(bursts * burst, 16, 1024, seed, vocab)
+    return [prompts[b * burst:(b + 1) * burst] for b in range(bursts)]
+
+
 def body(prompt: list[int], new_tokens: int) -> dict:
     return {"input_ids": prompt, "return_logprob": True, "logprob_start_len": 0,
             "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}}
@@ -71,8 +77,8 @@ def compared(reference: dict[int, Generation], run: dict[int, Generation]) -> di
     return out
 
 
-def run_arm(url: str, prompts: list[list[int]], sequence: list[list[int]], bursts: int, burst: int,
-            new_tokens: int, seed: int, alive) -> dict:
+def run_arm(url: str, prompts: list[list[int]], sequence: list[list[int]], bursts: list[list[list[int]]],
+            new_tokens: int, alive) -> dict:
     """The three phases on one server; stops at the first failed request (``alive()`` says whether the server
     still runs)."""
     send = harness.http_sender(url)
@@ -95,9 +101,8 @@ def run_arm(url: str, prompts: list[list[int]], sequence: list[list[int]], burst
                 first = run
                 result["digests"] = {i: digest(g) for i, g in sorted(run.items())}
             result["orders"].append({"order": k, "differ": compared(first, run)})
-        crowd = generate.token_prompts(burst * bursts, 16, 1024, seed + 1, generate.VOCAB)
-        for b in range(bursts):
-            harness.together(send, [body(p, 128) for p in crowd[b * burst:(b + 1) * burst]])
+        for crowd in bursts:
+            harness.together(send, [body(p, 128) for p in crowd])
             result["bursts"] += 1
         result["after"] = {"differ": compared(first, alone(sequence[0]))}
     except Exception as exc:  # noqa: BLE001 (a failed request ends the arm; what failed is the finding)
@@ -135,14 +140,14 @@ def main(argv=None) -> int:
     sizes = lengths(args.prompts, args.seed)
     prompts = generate.sized_prompts(sizes, args.seed, vocab)
     sequence = orders(len(prompts), args.orders, args.seed)
+    bursts = crowds(args.bursts, args.burst, args.seed + 1, vocab)
     result = {"command": "python -m bench.prefill_history " + " ".join(argv or []), "gpu": common.gpu_uuid(),
               "lengths": sizes, "arms": {}}
     for arm in args.arms.split(","):
         server = Server(str(model), [*SERVER_ARGS, *ARMS[arm]], Path(args.logs) / f"prefill-history-{arm}.log",
                         static_gb=args.static_gb)
         try:
-            got = run_arm(server.url, prompts, sequence, args.bursts, args.burst, args.new_tokens, args.seed,
-                          lambda: server.proc.poll() is None)
+            got = run_arm(server.url, prompts, sequence, bursts, args.new_tokens, lambda: server.proc.poll() is None)
             said = [line.strip() for line in server.log_text().splitlines() if "Error:" in line]
             got["first_error_line"] = said[0][:300] if said else None
             got["server_args"] = [*SERVER_ARGS, *ARMS[arm]]

@@ -34,6 +34,7 @@ import importlib.util
 import json
 import multiprocessing
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -397,7 +398,7 @@ class _Exit:
     def wait(self, timeout: float | None = None) -> int:
         self.process.join(timeout)
         if self.process.exitcode is None:
-            raise suite.subprocess.TimeoutExpired("stand-in", timeout)
+            raise subprocess.TimeoutExpired("stand-in", timeout)
         return self.process.exitcode
 
 

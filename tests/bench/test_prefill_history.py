@@ -19,6 +19,12 @@ def test_lengths_and_orders_are_a_function_of_the_seed():
     assert got[0] == [0, 1, 2, 3, 4] and all(sorted(o) == got[0] for o in got) and got == ph.orders(5, 3, seed=1)
 
 
+def test_the_bursts_send_only_tokens_of_the_models_vocabulary():
+    bursts = ph.crowds(2, 20, seed=1, vocab=500)
+    assert [len(b) for b in bursts] == [20, 20] and all(16 <= len(p) <= 1024 for b in bursts for p in b)
+    assert max(t for b in bursts for p in b for t in p) < 500 and bursts == ph.crowds(2, 20, seed=1, vocab=500)
+
+
 def _server(kind: str):
     """A stand-in ``/generate``: ``alone`` answers from the prompt; ``history`` also from how many requests it
     served; ``dies`` answers 500 to every request of a burst (more than one in flight)."""
@@ -73,7 +79,7 @@ def test_the_phases_find_a_history_and_a_crash_and_nothing_on_a_server_of_the_pr
     try:
         prompts = [[k + 1] * n for k, n in enumerate(ph.lengths(12, seed=0))]
         got = ph.run_arm(f"http://127.0.0.1:{httpd.server_address[1]}", prompts, ph.orders(12, 3, seed=0),
-                         bursts=2, burst=20, new_tokens=4, seed=0, alive=lambda: True)
+                         ph.crowds(2, 20, seed=1, vocab=1000), new_tokens=4, alive=lambda: True)
     finally:
         httpd.shutdown()
     summary = ph.summarize_arm(got)
