@@ -639,3 +639,23 @@ def test_scenario_q_parses_each_needles_text_and_fails_a_server_blind_to_grammar
     assert by["corun"]["divergent"] == 0 and by["default"]["divergent"] > 0
     with pytest.raises(AssertionError, match="json: its grammar did not complete"):
         surface.test_q_grammars_among_co_runners_with_other_grammars(standins({"corun": "no-grammar"}))
+
+
+def test_scenario_c_at_scale_in_a_chunk_of_its_own_adds_to_the_suites_count(standins, tmp_path, monkeypatch):
+    """The queue's ``suite-*-c-wide`` chunks: scenario c alone with many arrival orders, in a folder beside the
+    chunk that ran it with the default two; the report recounts both, each order's outputs against the
+    references of its own chunk, without a problem."""
+    counts = {}
+    for folder, orders in (("pair", 2), ("c-wide", 6)):
+        monkeypatch.setenv("CORUN_RESULTS", str(tmp_path / folder))
+        (tmp_path / folder).mkdir()
+        monkeypatch.setattr(suite, "PERMUTATIONS", orders)
+        suite.test_c_arrival_order_permutations(standins({"corun": "none", "default": "batch"}))
+        counts[folder] = {r["arm"]: r["comparisons"] for r in _rows(tmp_path / folder, "suite.jsonl")}
+    assert counts == {"pair": {"corun": 128, "default": 128}, "c-wide": {"corun": 384, "default": 384}}
+    requests, rows, _, problems = report.load(tmp_path)
+    summary = report.recompute(requests, rows)
+    assert problems == [] and summary["problems"] == []
+    assert summary["cells"][report.cell_key("standin", "c", "corun")] == [0, 512]  # [divergent, compared]
+    divergent, compared = summary["cells"][report.cell_key("standin", "c", "default")]
+    assert compared == 512 and divergent > 0
