@@ -568,6 +568,9 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "id", None) and args.id not in by_id:
         parser.error(f"no chunk {args.id!r}; the queue holds {', '.join(by_id)}")
     if args.verb == "exec":
+        if args.limit_s < by_id[args.id].minutes * 60:
+            parser.error(f"--limit-s {args.limit_s} is below {args.id}'s own {by_id[args.id].minutes} minutes: "
+                         "it would be cut and rerun whole; run it where its time fits")
         return execute(by_id[args.id], args.commit, args.runtime, Path(os.environ.get("OUT", "/tmp/out")),
                        args.limit_s)
     if args.verb == "install":

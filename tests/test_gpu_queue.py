@@ -371,3 +371,11 @@ def test_fitting_keeps_order_passes_over_what_does_not_fit_and_prefers_measured_
     assert queue.fitting(todo, records, 600, "x2") == []
     # a run that was cut says nothing of the whole chunk's time: the estimate stands
     assert queue.expected_s(b, {"rc": 124, "wall_s": 50.0, "timed_out": True}) == 420
+
+
+def test_exec_refuses_a_limit_below_the_chunks_own_time(capsys):
+    """A chunk cut short reruns whole, so a limit below its ``minutes`` only spends GPU time."""
+    chunk = queue.load()[0]
+    with pytest.raises(SystemExit):
+        queue.main(["exec", chunk.id, "--commit", "abc", "--runtime", "rt", "--limit-s", str(int(chunk.minutes * 60) - 1)])
+    assert f"below {chunk.id}'s own" in capsys.readouterr().err
