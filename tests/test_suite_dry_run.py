@@ -204,9 +204,10 @@ def _serve(kind: str, pool: int, snapshots: str, ready) -> None:
             running[0] += 1
             publish()
         try:
-            # until 0.2 s pass without an arrival: long enough for a loaded client to send a whole crowd. Each
-            # thread sleeps to its deadline rather than polling, so a waiting crowd leaves the GIL to the arrivals.
-            while (left := 0.2 - (time.monotonic() - arrived[0])) > 0:
+            # until a quiet spell without an arrival: 0.2 s for a request alone, 1 s once a crowd is forming (a
+            # loaded client can take that long between two of a crowd's sends). Each thread sleeps to its deadline
+            # rather than polling, so a waiting crowd leaves the GIL to the arrivals.
+            while (left := (1.0 if running[0] > 1 else 0.2) - (time.monotonic() - arrived[0])) > 0:
                 time.sleep(left)
             return reply(body)
         finally:
