@@ -58,6 +58,8 @@ PAGE = RESULTS / "queue.md"
 #: What one device call may carry, the working tree included (64 MiB), less a margin for files the
 #: session adds between calls.
 CALL_BYTES = 64 * 2**20 - 512 * 2**10
+#: The disk block a file's size rounds up to when a call's carry is measured.
+BLOCK = 4096
 #: The host's command limit (s): a chunk is cut here, its folder still comes back.
 EXEC_LIMIT_S = 560
 #: Where the host keeps the staged wheelhouse and the installed site-packages.
@@ -175,25 +177,29 @@ class Piece:
         return self.source.name if self.index is None else f"{self.source.name}.piece{self.index:02d}"
 
 
-def plan_calls(files: list[tuple[Path, str, int]], capacity: int) -> list[list[Piece]]:
+def plan_calls(files: list[tuple[Path, str, int]], capacity: int, block: int = 1) -> list[list[Piece]]:
     """Packs (file, host folder, size) into the fewest calls of ``capacity`` bytes: largest first, first
-    fit, and a file that fits no open call fills the last one and goes on in a new call (split)."""
+    fit, and a file that fits no open call fills the last one and goes on in a new call (split). Every file
+    or piece costs its size rounded up to ``block``, as a disk holds it."""
+    def cost(n: int) -> int:
+        return -(-n // block) * block
+
     calls: list[list[Piece]] = []
     room: list[int] = []
     for path, dest, size in sorted(files, key=lambda f: -f[2]):
-        fit = next((i for i, r in enumerate(room) if r >= size), None)
+        fit = next((i for i, r in enumerate(room) if r >= cost(size)), None)
         if fit is not None:
             calls[fit].append(Piece(path, dest, 0, size, None))
-            room[fit] -= size
+            room[fit] -= cost(size)
             continue
         offset, index = 0, 0
         while offset < size:
-            if not room or room[-1] <= 0:
+            if not room or room[-1] < block:
                 calls.append([])
                 room.append(capacity)
-            take = min(room[-1], size - offset)
+            take = min(room[-1] // block * block, size - offset)
             calls[-1].append(Piece(path, dest, offset, take, index))
-            room[-1] -= take
+            room[-1] -= cost(take)
             offset, index = offset + take, index + 1
         if index == 1:  # it fit whole after all
             calls[-1][-1].index = None
@@ -201,9 +207,10 @@ def plan_calls(files: list[tuple[Path, str, int]], capacity: int) -> list[list[P
 
 
 def tree_bytes() -> int:
-    """What a device call carries of the working tree: tracked files and untracked ones git does not ignore."""
+    """What a device call carries of the working tree: tracked files and untracked ones git does not ignore,
+    counted as the disk blocks they take (``du``), which is how the device call measures them."""
     names = _git("ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0")
-    return sum((ROOT / n).stat().st_size for n in names if n and (ROOT / n).is_file())
+    return sum((ROOT / n).stat().st_blocks * 512 for n in names if n and (ROOT / n).is_file())
 
 
 def _script(name: str):
@@ -231,7 +238,7 @@ def stage(gpu_dir: Path, fa3: bool, smollm2: bool) -> list[dict]:
               "host (scripts/flashinfer_aot.py build makes it)", file=sys.stderr)
     capacity = CALL_BYTES - tree_bytes()
     bin_bytes = sum(p.stat().st_size for p in (gpu_dir / "bin").iterdir())
-    calls = plan_calls(files + [(gpu_dir / "bin", "bin", bin_bytes)], capacity)
+    calls = plan_calls(files + [(gpu_dir / "bin", "bin", bin_bytes)], capacity, BLOCK)
     out_root = gpu_dir / "calls"
     if out_root.exists():
         shutil.rmtree(out_root)

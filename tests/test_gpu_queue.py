@@ -108,6 +108,7 @@ def test_stage_writes_calls_that_fit_and_the_last_installs(tmp_path, monkeypatch
     monkeypatch.setattr(queue, "ROOT", tmp_path)
     monkeypatch.setattr(queue, "tree_bytes", lambda: 1000)
     monkeypatch.setattr(queue, "CALL_BYTES", 11_000)
+    monkeypatch.setattr(queue, "BLOCK", 1)  # byte-exact packing here; blocks have their own test
     gpu = tmp_path / ".gpu"
     for folder, name, size in (("part1", "a.whl", 9000), ("part2", "b.whl", 7000), ("fa3/part1", "flash_ops.zst.00", 6000),
                                ("smollm2", "m.whl", 4000), ("bin", "install.sh", 100)):
@@ -379,3 +380,16 @@ def test_exec_refuses_a_limit_below_the_chunks_own_time(capsys):
     with pytest.raises(SystemExit):
         queue.main(["exec", chunk.id, "--commit", "abc", "--runtime", "rt", "--limit-s", str(int(chunk.minutes * 60) - 1)])
     assert f"below {chunk.id}'s own" in capsys.readouterr().err
+
+
+def test_a_call_is_measured_in_disk_blocks(tmp_path, monkeypatch):
+    """Many small files take more of a call than their bytes: each rounds up to a block, and so does the tree."""
+    (tmp_path / "tiny").write_bytes(b"x")
+    monkeypatch.setattr(queue, "ROOT", tmp_path)
+    monkeypatch.setattr(queue, "_git", lambda *a: "tiny\0")
+    assert queue.tree_bytes() >= 512  # one byte on disk is at least one block
+    files = [(Path(f"f{i}"), "", 100) for i in range(10)]
+    calls = queue.plan_calls(files, capacity=4096 * 4, block=4096)
+    assert [len(c) for c in calls] == [4, 4, 2]
+    big = queue.plan_calls([(Path("w"), "", 10_000)], capacity=4096 * 2, block=4096)
+    assert [sum(p.size for p in c) for c in big] == [8192, 1808]
