@@ -237,7 +237,7 @@ def stage(gpu_dir: Path, fa3: bool, smollm2: bool) -> list[dict]:
         print(f"note: no prebuilt FlashInfer sampling module in {gpu_dir}/bin, so default SGLang compiles it on the "
               "host (scripts/flashinfer_aot.py build makes it)", file=sys.stderr)
     capacity = CALL_BYTES - tree_bytes()
-    bin_bytes = sum(p.stat().st_size for p in (gpu_dir / "bin").iterdir())
+    bin_bytes = sum(-(-p.stat().st_size // BLOCK) * BLOCK for p in (gpu_dir / "bin").iterdir())  # one piece, many files
     calls = plan_calls(files + [(gpu_dir / "bin", "bin", bin_bytes)], capacity, BLOCK)
     out_root = gpu_dir / "calls"
     if out_root.exists():
