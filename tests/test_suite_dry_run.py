@@ -21,7 +21,8 @@ SGLang's scheduler does, over a prefix cache of one of these kinds (``StandIn``)
 Every stand-in also streams (cumulative events, as SGLang does by default), ends a request at its first stop
 token id, aborts one by its ``rid`` with what it decoded so far, makes a request's outputs follow the features it
 asks for (penalties, a minimum, a bias, a grammar), never emits a token biased by -100, returns top-k logprobs
-(tied under a grammar) and chosen ids' logprobs, answers a grammar with a text it accepts and then EOS (in the
+(under a grammar the masked ones tie at -inf, which its replies carry as null: they are written with orjson, as
+SGLang writes them) and chosen ids' logprobs, answers a grammar with a text it accepts and then EOS (in the
 character-level tokenizer of the checkpoint folder, ``_tokenizer``), and answers the official OpenAI client with
 logprobs, token ids, forced tool calls and echoed prompts: scenarios a to r but j run whole on it.
 
@@ -41,6 +42,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import orjson
 import pytest
 
 from corun_sglang.core import prefix_cache as pc
@@ -133,10 +135,11 @@ def _features(params: dict) -> tuple:
 
 
 def _top(digest: int, salt, step: int, k: int, grammar: bool) -> list:
-    """A step's top ``k`` ``[logprob, id, text]`` entries, descending; under a grammar all but the first two tie."""
+    """A step's top ``k`` ``[logprob, id, text]`` entries, descending; under a grammar all but the first two are
+    masked: they tie at -inf, which the reply carries as null (``_json``)."""
     values = sorted((-(_h(digest, salt, step, j, "top") % 4096) / 1024 for j in range(k)), reverse=True)
     if grammar:
-        values = values[:2] + [-1.0e4] * (k - 2)
+        values = values[:2] + [float("-inf")] * (k - 2)
     return [[v, _h(digest, salt, step, j, "id") % VOCAB, None] for j, v in enumerate(values)]
 
 
@@ -365,7 +368,7 @@ def _serve(kind: str, pool: int, snapshots: str, ready) -> None:
             if self.path.startswith("/v1/"):
                 return self._send(200, json.dumps(counted(lambda b: openai(self.path, b), body)).encode())
             if not body.get("stream"):
-                return self._send(200, json.dumps(generate(body)).encode())
+                return self._send(200, orjson.dumps(generate(body)))  # as SGLang writes it: -inf is null
             # streamed: SGLang's events, each with the output so far (cumulative), then [DONE]
             reply = generate(body)
             self.send_response(200)
@@ -376,7 +379,7 @@ def _serve(kind: str, pool: int, snapshots: str, ready) -> None:
             for upto in sorted({1, len(steps)}):
                 chunk = {"output_ids": reply["output_ids"][:upto],
                          "meta_info": {**reply["meta_info"], "output_token_logprobs": steps[:upto]}}
-                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
             self.wfile.write(b"data: [DONE]\n\n")
             self.close_connection = True
 
@@ -482,6 +485,7 @@ def test_scenario_s_holds_on_the_rules_and_its_negative_control_diverges(standin
     assert by["corun-prefix"]["divergent"] == 0 and by["default-radix"]["divergent"] > 0
     assert by["corun-prefix"]["cached_by_role"]["reference"] == 4 * (needle - 1)  # the group's samples alone
     assert by["corun-prefix"]["null_divergent"] == 0 and by["default-radix"]["null_divergent"] == 0
+    assert not any(r["key"].startswith("group") for r in requests if r["arm"] == "default-radix")
     summary = report.recompute(requests, rows)
     assert summary["problems"] == []
     checks = report.checks(summary)
@@ -660,3 +664,18 @@ def test_scenario_c_at_scale_in_a_chunk_of_its_own_adds_to_the_suites_count(stan
     summary = report.recompute(requests, rows)
     assert problems == [] and summary["problems"] == []
     assert summary["cells"][report.cell_key("standin", "c", "corun")] == [0, 512]  # [divergent, compared]
+
+
+def test_masked_top_k_entries_the_server_wrote_as_null_count_as_tied():
+    from corun_sglang.core.compare import Generation
+    from corun_sglang.tools.evidence import Sent
+
+    def reference(*values):
+        top = [[[v, i, None] for i, v in enumerate(values)]]
+        meta = {"output_token_logprobs": [[values[0], 0, None]], "output_top_logprobs": top}
+        return Sent("n", "alone", "reference", {}, Generation.of_reply(orjson.loads(orjson.dumps({"meta_info": meta}))))
+
+    ninf = float("-inf")
+    assert surface._tied_steps([reference(-0.5, -1.0, ninf, ninf)]) == 1  # two masked tokens, both null
+    assert surface._tied_steps([reference(-0.5, -1.0, -1.0)]) == 1
+    assert surface._tied_steps([reference(-0.5, -1.0, ninf)]) == 0

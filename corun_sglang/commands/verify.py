@@ -23,7 +23,7 @@ import dataclasses
 import random
 from typing import Callable, Sequence
 
-from corun_sglang.core.compare import Generation, first_divergence
+from corun_sglang.core.compare import Generation, first_divergence, served_logprob
 from corun_sglang.probes import harness
 from corun_sglang.probes.generate import text_prompts
 
@@ -106,7 +106,7 @@ def openai_sender(base_url: str, model: str, max_tokens: int, temperature: float
         lp = out.choices[0].logprobs
         if lp is None or lp.token_logprobs is None:
             raise RuntimeError("the server returned no logprobs; verify needs `logprobs` support")
-        generation = Generation(tuple(lp.tokens), tuple(float(x) for x in lp.token_logprobs))
+        generation = Generation(tuple(lp.tokens), tuple(served_logprob(x) for x in lp.token_logprobs))
         return Reply(generation, getattr(out, "system_fingerprint", None))
 
     return send

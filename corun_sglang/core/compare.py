@@ -7,7 +7,9 @@ tuple of ``(logprob, token id)`` pairs), and how the output ended. Two generatio
 these but the ending are identical bit for bit (logprobs compared as IEEE-754 bit patterns, so
 -0.0 != 0.0 and NaN payloads count; a top-k list in its order, so two orders of equal values differ);
 how they ended and how many prompt tokens a prefix cache served are facts about the run, not part of the
-comparison.
+comparison. SGLang's JSON (orjson) writes a logprob that is not finite (-inf, NaN) as null, and gives the
+prompt's first position none: every such value, in every part, reads as the one NaN ``float("nan")``, so
+two nulls at one place agree and a null never equals a number.
 
 ``digest`` is a function of exactly the compared parts: two generations agree iff their digests are
 equal (up to SHA-256 collisions), so a committed digest lets anyone recount agreements. A generation
@@ -47,8 +49,8 @@ class Generation:
     def of(cls, tokens: Sequence[int], logprobs: Sequence[float], prompt_logprobs: Sequence = (),
            finish: str | None = None, cached_tokens: int = 0, top_logprobs: Sequence = (),
            prompt_top_logprobs: Sequence = (), token_ids_logprobs: Sequence = ()) -> "Generation":
-        return cls(tuple(int(t) for t in tokens), tuple(float(x) for x in logprobs),
-                   tuple(float("nan") if x is None else float(x) for x in prompt_logprobs), finish,
+        return cls(tuple(int(t) for t in tokens), tuple(served_logprob(x) for x in logprobs),
+                   tuple(served_logprob(x) for x in prompt_logprobs), finish,
                    int(cached_tokens), _pairs(top_logprobs), _pairs(prompt_top_logprobs), _pairs(token_ids_logprobs))
 
     @classmethod
@@ -65,11 +67,15 @@ class Generation:
                       meta.get("output_token_ids_logprobs") or ())
 
 
+def served_logprob(x) -> float:
+    """A logprob as served: null (not finite, or none given) reads as NaN."""
+    return float("nan") if x is None else float(x)
+
+
 def _pairs(steps: Sequence) -> tuple[tuple[tuple[float, int], ...], ...]:
     """Per step, its ``(logprob, token id)`` pairs (SGLang's ``[logprob, id, text]`` entries; a step without
     any, such as the prompt's first position, is empty)."""
-    return tuple(tuple((float("nan") if e[0] is None else float(e[0]), int(e[1])) for e in (step or ()))
-                 for step in steps)
+    return tuple(tuple((served_logprob(e[0]), int(e[1])) for e in (step or ())) for step in steps)
 
 
 def _bits(x: float) -> bytes:

@@ -118,7 +118,8 @@ def judge(shape: str, arm: str, scenario: str, sents: list[Sent], overlap_of: Ca
                     "digest": digest(gen), "tokens": len(gen.tokens), "finish": gen.finish,
                     "first_divergence": step, "prompt_tokens": s.prompt_tokens, "cached_tokens": gen.cached_tokens,
                     **({"logprob_start_len": s.logprob_start_len} if s.logprob_start_len is not None else {}),
-                    **({"reference_arm": s.reference_arm} if s.reference_arm else {})})
+                    **({"reference_arm": s.reference_arm} if s.reference_arm else {}),
+                    **({"nonfinite_logprobs": bad} if (bad := sum(x != x for x in gen.logprobs)) else {})})
         if s.role == "null":
             nulls += 1
             if step is not None:

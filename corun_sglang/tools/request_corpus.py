@@ -45,8 +45,7 @@ def _chat(name, status=400, names=(), **fields):
 
 #: One value per refused sampling parameter that differs from SGLang's default.
 REFUSED_SAMPLING_VALUES = {
-    "frequency_penalty": 0.5, "presence_penalty": 0.5, "repetition_penalty": 1.1, "min_new_tokens": 2,
-    "logit_bias": {"11": 1.0}, "json_schema": '{"type": "object"}', "regex": "[a-z]+", "ebnf": 'root ::= "a"',
+    "json_schema": '{"type": "object"}', "regex": "[a-z]+", "ebnf": 'root ::= "a"',
     "structural_tag": '{"type": "structural_tag"}', "custom_params": {"k": 1}, "stop_strs": ["x"],
     "stop_regex_strs": ["x"], "stop_str_max_len": 3, "stop_regex_max_len": 3, "is_normalized": True,
 }
@@ -78,6 +77,9 @@ def _cases() -> tuple[Case, ...]:
         _gen("free-all", {"stop": ["zz"], "stop_token_ids": [2], "stop_regex": "q+", "skip_special_tokens": False,
                           "spaces_between_special_tokens": False, "no_stop_trim": True, "stream_interval": 2,
                           "sampling_seed": 0}, 200, return_text_in_logprobs=True, rid="free-all"),
+        _gen("verified-penalties", {"frequency_penalty": 0.5, "presence_penalty": -0.5, "repetition_penalty": 1.1,
+                                    "min_new_tokens": 2, "logit_bias": {"11": 1.0}, "sampling_seed": 6}, 200,
+             return_logprob=True),
         _gen("defaults-explicit", {"frequency_penalty": 0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
                                    "min_new_tokens": 0, "json_schema": None, "logit_bias": None}, 200,
              top_logprobs_num=0, return_hidden_states=False),
@@ -90,8 +92,8 @@ def _cases() -> tuple[Case, ...]:
         _gen("seed-stream", {"sampling_seed": "abc"}, names=["sampling_seed"], stream=True),
         _gen("seed-n2", {"sampling_seed": -1, "n": 2}, names=["sampling_seed"]),
         _gen("seed-batch", {"sampling_seed": 2 ** 70}, names=["sampling_seed"], input_ids=[PROMPT, PROMPT[:4]]),
-        _gen("batch-list-params", None, names=["frequency_penalty"], input_ids=[PROMPT, PROMPT[:4]],
-             sampling_params=[{"max_new_tokens": 4}, {"max_new_tokens": 4, "frequency_penalty": 0.5}]),
+        _gen("batch-list-params", None, names=["regex"], input_ids=[PROMPT, PROMPT[:4]],
+             sampling_params=[{"max_new_tokens": 4}, {"max_new_tokens": 4, "regex": "[a-z]+"}]),
         _gen("n-string", {"n": "2"}, names=["n"]),
         _gen("n-null", {"n": None}, names=["n"]),
         _gen("n-float", {"n": 2.5}, names=["n"]),
@@ -105,7 +107,7 @@ def _cases() -> tuple[Case, ...]:
         _gen("prompt-logprobs", None, 200, return_logprob=True, logprob_start_len=0),
         # (a numeric string such as "0" reaches the check already an int: SGLang's HTTP layer parses typed fields)
         _gen("prompt-logprobs-string", None, names=["logprob_start_len"], return_logprob=True, logprob_start_len="first"),
-        _gen("penalty-n2", {"presence_penalty": 0.5, "n": 2}, names=["presence_penalty"]),
+        _gen("penalty-n2", {"presence_penalty": 0.5, "n": 2, "sampling_seed": 8}, 200),
         *[_gen(f"refused-{name}", {name: value}, names=[name]) for name, value in REFUSED_SAMPLING_VALUES.items()],
         # SGLang's own LoRA check answers lora_path first (LoRA is refused at startup under --corun)
         *[_gen(f"refused-{name}", None, names=["LoRA" if name == "lora_path" else name], **{name: value})
@@ -121,10 +123,10 @@ def _cases() -> tuple[Case, ...]:
         _cmp("top-logprobs", names=["logprobs", "top_logprobs_num"], logprobs=2),
         _cmp("top-logprobs-5", names=["logprobs", "top_logprobs_num"], logprobs=5, echo=True),
         _cmp("echo-logprobs", 200, echo=True, logprobs=0),
-        _cmp("penalty", names=["frequency_penalty"], frequency_penalty=0.3),
+        _cmp("penalty", 200, seed=5, frequency_penalty=0.3),
         _cmp("response-format", names=["response_format", "json_schema"], response_format={"type": "json_object"}),
-        _cmp("logit-bias", names=["logit_bias"], logit_bias={"11": 2.0}),
-        _cmp("min-tokens", names=["min_tokens", "min_new_tokens"], min_tokens=2),
+        _cmp("logit-bias", 200, seed=5, logit_bias={"11": 2.0}),
+        _cmp("min-tokens", 200, seed=5, min_tokens=2),
         # OpenAI chat
         _chat("ok", 200, seed=5, temperature=0.6, logprobs=True),
         _chat("stream-ok", 200, seed=5, stream=True),
@@ -136,8 +138,8 @@ def _cases() -> tuple[Case, ...]:
             "type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}}}),
         _chat("top-logprobs-20", names=["top_logprobs", "top_logprobs_num"], logprobs=True, top_logprobs=20),
         _chat("regex", names=["regex"], regex="[a-z]+"),
-        _chat("repetition", names=["repetition_penalty"], repetition_penalty=1.2),
-        _chat("n2-penalty", names=["presence_penalty"], n=2, presence_penalty=0.5),
+        _chat("repetition", 200, seed=5, repetition_penalty=1.2),
+        _chat("n2-penalty", 200, seed=5, n=2, presence_penalty=0.5),
     ]
     return tuple(cases)
 

@@ -5,7 +5,8 @@ Local servers stand in for deployments: one whose completions depend only on
 logprobs shift with the number of requests in flight, as batch-dependent kernels
 do (must fail), one that ignores ``seed`` (must fail), and one whose outputs are
 invariant but whose fingerprint changes after the first requests, as a server
-reconfigured mid-run (must fail).
+reconfigured mid-run (must fail). One invariant server writes a logprob that is not finite as JSON null, as
+SGLang's orjson replies do (must pass: the null reads as NaN, the same bits every time).
 """
 
 import hashlib
@@ -25,6 +26,8 @@ def _completion(prompt: str, seed: int, max_tokens: int, shift: float, fingerpri
     rnd = random.Random(hashlib.sha256(f"{prompt}|{seed}".encode()).hexdigest())
     tokens = [f" w{rnd.randrange(1000)}" for _ in range(max_tokens)]
     logprobs = [-rnd.random() * 5 + shift for _ in range(max_tokens)]
+    if fingerprint == "fp_null":  # a step whose logprob is not finite: orjson writes it as null
+        logprobs[1] = None
     return {
         "id": "cmpl-1", "object": "text_completion", "created": 0, "model": "m",
         "choices": [{
@@ -58,7 +61,7 @@ def _completions(mode: str):
         if mode == "ignores-seed":
             seed = random.random()
         shift = 1e-6 * (busy - 1) if mode == "batch-dependent" else 0.0
-        fingerprint = None if mode == "no-fingerprint" else "fp_1"
+        fingerprint = {"no-fingerprint": None, "null-logprob": "fp_null"}.get(mode, "fp_1")
         if mode == "reconfigured" and answered > RECONFIGURED_AFTER:
             fingerprint = "fp_2"
         reply = _completion(body["prompt"], seed, body["max_tokens"], shift, fingerprint)
@@ -88,7 +91,8 @@ def test_prompts_are_reproducible_and_varied():
 
 
 @pytest.mark.parametrize("mode,says", [("invariant", "system_fingerprint: fp_1 in every reply"),
-                                       ("no-fingerprint", "system_fingerprint: none")])
+                                       ("no-fingerprint", "system_fingerprint: none"),
+                                       ("null-logprob", "system_fingerprint: fp_null in every reply")])
 def test_invariant_server_passes(serve, mode, says):
     url = serve(mode)
     send = verify.openai_sender(url, "m", max_tokens=8, temperature=0.6)

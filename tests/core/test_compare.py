@@ -41,6 +41,22 @@ def test_a_generate_reply_reads_as_its_tokens_and_logprobs():
     assert got.tokens == (11, 12) and got.logprobs == (-0.5, -0.0)
 
 
+def test_a_logprob_the_server_wrote_as_null_reads_as_nan_and_compares():
+    import orjson  # what SGLang's /generate replies are written with: -inf and NaN become null
+
+    def served(chosen: float, top: float) -> Generation:
+        meta = {"output_token_logprobs": [[-0.5, 11, None], [chosen, 12, None]],
+                "output_top_logprobs": [[[-0.5, 11, None], [top, 3, None]], [[chosen, 12, None]]]}
+        return Generation.of_reply(orjson.loads(orjson.dumps({"meta_info": meta})))
+
+    got = served(float("-inf"), float("-inf"))
+    assert math.isnan(got.logprobs[1]) and math.isnan(got.top_logprobs[0][1][0])
+    assert first_divergence(got, served(float("nan"), float("-inf"))) is None  # the same null, the same bits
+    assert digest(got) == digest(served(float("-inf"), float("nan")))
+    assert first_divergence(got, served(-30.0, float("-inf"))) == 1
+    assert first_divergence(got, served(float("-inf"), -30.0)) == 0
+
+
 def test_prompt_logprobs_are_compared_before_the_output():
     a = Generation.of([1, 2], [-1.0, -2.0], [None, -0.5, -0.25])
     assert first_divergence(a, Generation.of([1, 2], [-1.0, -2.0], [None, -0.5, -0.25])) is None

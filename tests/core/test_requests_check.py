@@ -39,7 +39,8 @@ def test_every_generate_request_field_of_sglang_is_classified():
 def test_verified_parameters_are_those_the_suite_ran():
     verified = {p.name for p in requests_check.PARAMETERS if p.status == VERIFIED}
     assert verified == {"max_new_tokens", "temperature", "top_p", "top_k", "min_p", "sampling_seed", "ignore_eos",
-                        "n", "return_logprob", "logprob_start_len"}
+                        "n", "return_logprob", "logprob_start_len", "frequency_penalty", "presence_penalty",
+                        "repetition_penalty", "min_new_tokens", "logit_bias"}
     assert all("docs/results/determinism" in TABLE["sampling_params", n].note
                for n in verified - {"return_logprob", "logprob_start_len"})
 
@@ -49,7 +50,8 @@ def test_refused_defaults_are_sglangs():
     for name, default in requests_check.SAMPLING_DEFAULTS.items():
         assert signature[name].default == default, name
     assert set(requests_check.SAMPLING_DEFAULTS) == {
-        p.name for p in requests_check.PARAMETERS if p.where == "sampling_params" and p.status == REFUSED}
+        p.name for p in requests_check.PARAMETERS if p.where == "sampling_params" and p.status == REFUSED
+    } | set(requests_check.NEEDS_TOKENIZER)
 
 
 def test_every_refusal_names_its_parameter_why_and_fix():
@@ -128,8 +130,10 @@ def test_non_object_sampling_params_are_refused():
 
 def test_server_preferred_parameters_are_checked_and_named():
     with pytest.raises(RequestRefused, match="--preferred-sampling-params"):
-        requests_check.check({}, {}, preferred={"frequency_penalty": 0.5})
-    requests_check.check({}, {"frequency_penalty": 0.0}, preferred={"frequency_penalty": 0.5})
+        requests_check.check({}, {}, preferred={"regex": "a+"})
+    requests_check.check({}, {"regex": None}, preferred={"regex": "a+"})
+    with pytest.raises(RequestRefused, match="^frequency_penalty"):  # a verified one is type-checked as sent
+        requests_check.check({}, {}, preferred={"frequency_penalty": "0.5"})
 
 
 @pytest.mark.parametrize("n", ["2", None, 2.5, 0, -1, True])
@@ -159,9 +163,7 @@ def test_verified_and_free_values_pass_through_sglangs_own_classes():
 # ----------------------------------------------------------------- refused parameters a GPU queue chunk measures
 
 MEASURED_VALUES = {
-    "sampling_params": {"frequency_penalty": 0.5, "presence_penalty": -0.5, "repetition_penalty": 1.2,
-                        "min_new_tokens": 3, "logit_bias": {"7": 2.5, "11": -100}, "json_schema": '{"type": "object"}',
-                        "regex": "[a-z]+", "ebnf": 'root ::= "a"', "structural_tag": '{"type": "structural_tag"}'},
+    "sampling_params": {"json_schema": '{"type": "object"}', "regex": "[a-z]+", "ebnf": 'root ::= "a"', "structural_tag": '{"type": "structural_tag"}'},
     "request": {"top_logprobs_num": 5, "token_ids_logprob": [3, 7]},
 }
 
@@ -194,7 +196,7 @@ def test_a_measured_parameter_is_served_only_where_measured():
     ({"regex": 5}, {}, "regex"), ({}, {"top_logprobs_num": requests_check.TOP_LOGPROBS_MAX + 1}, "top_logprobs_num"),
     ({}, {"top_logprobs_num": 2.0}, "top_logprobs_num"), ({}, {"token_ids_logprob": ["a"]}, "token_ids_logprob"),
 ])
-def test_a_measured_parameter_of_the_wrong_type_is_refused_by_name(params, fields, name):
+def test_a_served_parameter_of_the_wrong_type_is_refused_by_name(params, fields, name):
     measured = frozenset(MEASURED_VALUES["sampling_params"]) | frozenset(MEASURED_VALUES["request"])
     with pytest.raises(RequestRefused) as err:
         requests_check.check(fields, params, measured=measured)
@@ -217,11 +219,10 @@ def test_each_measured_parameter_is_measured_by_the_queue_chunks_it_names():
 
 
 def test_min_new_tokens_needs_the_servers_tokenizer():
-    measured = frozenset({"min_new_tokens"})
-    requests_check.check({}, {"min_new_tokens": 4}, measured=measured)
-    requests_check.check({}, {"min_new_tokens": 0}, measured=measured, has_tokenizer=False)
+    requests_check.check({}, {"min_new_tokens": 4})
+    requests_check.check({}, {"min_new_tokens": 0}, has_tokenizer=False)
     with pytest.raises(RequestRefused, match="^min_new_tokens .*--skip-tokenizer-init"):
-        requests_check.check({}, {"min_new_tokens": 4}, measured=measured, has_tokenizer=False)
+        requests_check.check({}, {"min_new_tokens": 4}, has_tokenizer=False)
 
 
 def test_only_measurable_parameters_can_be_measured():
@@ -262,17 +263,22 @@ def test_openai_defaults_pass(convert):
 
 @pytest.mark.parametrize("convert", [_completion_params, _chat_params], ids=["completions", "chat"])
 @pytest.mark.parametrize("fields,names", [
-    ({"frequency_penalty": 0.5}, ["frequency_penalty"]),
     ({"response_format": {"type": "json_object"}}, ["json_schema", "response_format"]),
-    ({"logit_bias": {"5": 1.0}}, ["logit_bias"]),
-    ({"min_tokens": 2}, ["min_new_tokens", "min_tokens"]),
     ({"regex": "[a-z]"}, ["regex"]),
-    ({"repetition_penalty": 1.2}, ["repetition_penalty"]),
 ])
 def test_openai_refused_parameters_name_both_apis(convert, fields, names):
     with pytest.raises(RequestRefused) as err:
         requests_check.check({}, convert(max_tokens=4, **fields))
     assert all(name in str(err.value) for name in names)
+
+
+@pytest.mark.parametrize("convert", [_completion_params, _chat_params], ids=["completions", "chat"])
+def test_openai_penalties_min_tokens_and_logit_bias_are_served(convert):
+    params = convert(max_tokens=8, seed=3, frequency_penalty=0.5, presence_penalty=-0.25, repetition_penalty=1.2,
+                     min_tokens=2, logit_bias={"5": 1.0, "9": -100})
+    assert (params["frequency_penalty"], params["presence_penalty"], params["repetition_penalty"],
+            params["min_new_tokens"]) == (0.5, -0.25, 1.2, 2) and params["logit_bias"]
+    requests_check.check({}, params)
 
 
 def test_openai_logprobs_map_to_top_logprobs_num():

@@ -42,6 +42,14 @@ def test_counts_divergences_and_records_digests():
     assert got.problems == []  # a divergence is a count, not a harness problem
 
 
+def test_a_row_counts_the_sampled_tokens_whose_logprob_was_not_finite():
+    served_null = gen(logprobs=(-0.5, None, None))  # the server wrote -inf or NaN as null
+    got = judge("s", "corun", "n", [sent("n0", "alone", "reference", served_null),
+                                    sent("n0", "crowd", "compared", served_null), sent("n1", "alone", "reference")], None)
+    assert [r.get("nonfinite_logprobs") for r in got.requests] == [2, 2, None]
+    assert got.row["divergent"] == 0 and not got.problems
+
+
 def test_a_null_control_that_differs_an_unwhole_output_and_a_missing_reference_are_problems():
     got = judge("s", "default", "a", [sent("k", "alone", "reference"), sent("k", "again", "null", gen((1, 2, 4))),
                                       sent("j", "crowd", "compared"), sent("k", "crowd", "compared", gen((1,), (-1.0,)))],
