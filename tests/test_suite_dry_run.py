@@ -679,3 +679,6 @@ def test_masked_top_k_entries_the_server_wrote_as_null_count_as_tied():
     assert surface._tied_steps([reference(-0.5, -1.0, ninf, ninf)]) == 1  # two masked tokens, both null
     assert surface._tied_steps([reference(-0.5, -1.0, -1.0)]) == 1
     assert surface._tied_steps([reference(-0.5, -1.0, ninf)]) == 0
+    assert surface._no_token_allowed([reference(-0.5, -1.0)]) == []
+    assert surface._no_token_allowed([reference(float("nan"), -1.0)]) == [
+        "n: 1 sampled-token logprobs are not finite (a grammar row allowed no token)"]

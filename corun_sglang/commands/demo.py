@@ -223,7 +223,7 @@ def model_folder(model_path: str | None, cache: Path) -> Path:
     if model_path:
         return Path(model_path)
     dest = cache / "smollm2"
-    if not (dest / "config.json").exists() or not list(dest.glob("*.safetensors")):
+    if not models.is_materialized(dest):
         models.materialize("smollm2", dest)
     return dest
 

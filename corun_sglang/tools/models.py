@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.metadata
+import json
 from pathlib import Path
 
 
@@ -77,8 +78,33 @@ def materialize(name: str, dest: str | Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     weights = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.bfloat16)
     weights.save_pretrained(dest)
+    _byte_level_decoder(tokenizer)
     tokenizer.save_pretrained(dest)
     return dest
+
+
+def is_materialized(dest: str | Path) -> bool:
+    """Whether ``dest`` holds a checkpoint as ``materialize`` writes it now: config, weights, and a tokenizer
+    whose decoder is the one ``_byte_level_decoder`` sets (a folder written before it keeps the converter's)."""
+    dest = Path(dest)
+    try:
+        decoder = json.loads((dest / "tokenizer.json").read_text()).get("decoder") or {}
+    except (OSError, ValueError):
+        return False
+    return (dest / "config.json").is_file() and any(dest.glob("*.safetensors")) and decoder.get("type") == "ByteLevel"
+
+
+def _byte_level_decoder(tokenizer) -> None:
+    """A byte-level BPE vocabulary (its pre-tokenizer ``ByteLevel``) decodes with ``ByteLevel`` alone, as the
+    model's own ``tokenizer.json`` does. Transformers' GGUF converter puts ``ByteFallback``, ``Fuse`` and a
+    "▁" replacement in front of it: the same text, but SGLang's grammar backend (xgrammar's ``TokenizerInfo``)
+    reads the decoder and takes the vocabulary for a byte-fallback one, in which no token holds a space, so a
+    regex, JSON schema or EBNF grammar that needs one leaves a row no allowed token."""
+    from tokenizers import decoders, pre_tokenizers
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and isinstance(backend.pre_tokenizer, pre_tokenizers.ByteLevel):
+        backend.decoder = decoders.ByteLevel()
 
 
 def weights_digest(folder: str | Path) -> str:

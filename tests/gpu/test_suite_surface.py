@@ -109,6 +109,14 @@ def _tied_steps(sents) -> int:
                if len({struct.pack("<d", v) for v, _ in step}) < len(step))
 
 
+def _no_token_allowed(sents) -> list[str]:
+    """References with a sampled token whose logprob is not finite: a grammar row that allowed no token (every
+    logit -inf), where the output is whatever the kernels make of that row, not a sample the grammar allowed."""
+    return [f"{s.key}: {bad} sampled-token logprobs are not finite (a grammar row allowed no token)"
+            for s in sents if s.role == "reference" and s.generation is not None
+            and (bad := sum(x != x for x in s.generation.logprobs))]
+
+
 def test_n_top_k_logprobs_among_co_runners_asking_other_k(arms):
     needles = [
         _with(_needle(arms, "needle0", 150, 64, 0.8, 151, prompt_logprobs=True), top_logprobs_num=5),
@@ -122,7 +130,9 @@ def test_n_top_k_logprobs_among_co_runners_asking_other_k(arms):
 
     def ties_exercised(arm, sents, row):
         row["tied_steps"] = _tied_steps(sents)
-        return [] if row["tied_steps"] else ["no reference step held tied top-k values: the order of ties went untested"]
+        untied = [] if row["tied_steps"] else [
+            "no reference step held tied top-k values: the order of ties went untested"]
+        return untied + _no_token_allowed(sents)
 
     _across_arms(arms, "n", _alone_then_among(needles, crowds), check=ties_exercised)
 
@@ -243,7 +253,7 @@ def test_q_grammars_among_co_runners_with_other_grammars(arms):
                 ok = False
             if not ok:
                 problems.append(f"{s.key}: {text[:80]!r} does not satisfy its grammar")
-        return problems
+        return problems + _no_token_allowed(sents)
 
     _across_arms(arms, "q", _alone_then_among(needles, crowds), check=parses)
 

@@ -45,6 +45,52 @@ def test_it_answers_a_chat_prompt(smollm2):
     assert "Paris" in answer, answer
 
 
+def test_sglangs_grammar_backend_reads_its_vocabulary_as_byte_level(smollm2):
+    """A regex with spaces gets tokens with spaces at every step (the GGUF converter's decoder made xgrammar
+    read the vocabulary as byte-fallback: no token held a space and the row after "yes" allowed none), and the
+    decoder decodes as the GGUF tokenizer does."""
+    import random
+
+    import torch
+    import xgrammar as xgr
+    from sglang.srt.utils.hf_transformers_utils import get_tokenizer
+    from transformers import AutoTokenizer
+
+    tokenizer = get_tokenizer(str(smollm2))
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=49152, stop_token_ids=[tokenizer.eos_token_id])
+    assert info.vocab_type == xgr.VocabType.BYTE_LEVEL
+    matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(info).compile_regex("(yes|no)( (yes|no)){63}"))
+    bitmask, rnd, chosen = xgr.allocate_token_bitmask(1, 49152), random.Random(0), []
+    for _ in range(24):
+        matcher.fill_next_token_bitmask(bitmask)
+        logits = torch.zeros(1, 49152)
+        xgr.apply_token_bitmask_inplace(logits, bitmask)
+        allowed = [i for i in (logits[0] == 0).nonzero().flatten().tolist() if i != tokenizer.eos_token_id]
+        assert allowed, f"no token allowed after {tokenizer.decode(chosen)!r}"
+        chosen.append(rnd.choice(allowed))
+        assert matcher.accept_token(chosen[-1])
+    assert tokenizer.decode(chosen).count(" ") >= 5
+    path = models.gguf_path("smollm2")
+    original = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    ids = [random.Random(i).randrange(49152) for i in range(2000)]
+    assert all(tokenizer.decode(ids[i:i + 40]) == original.decode(ids[i:i + 40]) for i in range(0, 2000, 40))
+
+
+def test_a_folder_written_before_the_decoder_fix_is_not_taken_as_materialized(smollm2, tmp_path):
+    import shutil
+
+    assert models.is_materialized(smollm2) and not models.is_materialized(tmp_path / "absent")
+    old = tmp_path / "old"
+    shutil.copytree(smollm2, old)
+    tokenizer = json.loads((old / "tokenizer.json").read_text())
+    tokenizer["decoder"] = {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, tokenizer["decoder"]]}
+    (old / "tokenizer.json").write_text(json.dumps(tokenizer))
+    assert not models.is_materialized(old)
+    for weights in old.glob("*.safetensors"):
+        weights.unlink()
+    assert not models.is_materialized(old)
+
+
 def test_a_missing_package_names_the_install_command(monkeypatch):
     real = importlib.metadata.distribution
 
