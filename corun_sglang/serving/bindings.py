@@ -180,6 +180,8 @@ BINDINGS: tuple[Binding, ...] = (
                "adapters.logprobs.ranked_top_logprobs"),
     Parameters("sglang.srt.layers.logprob_processor.get_top_logprobs_chunk", ("logprobs", "top_k_nums"),
                "adapters.logprobs.ranked_top_logprobs"),
+    Parameters("sglang.srt.layers.logprob_processor.get_token_ids_logprobs", ("logprobs", "no_copy_to_cpu"),
+               "adapters.logprobs.tensor_token_ids_logprobs"),
     Parameters("sglang.srt.managers.scheduler.Scheduler._forward_isolation", ("batch", "overlap"),
                "adapters.penalties.launch_feed"),
     Attributes("sglang.srt.managers.schedule_batch.ScheduleBatch",

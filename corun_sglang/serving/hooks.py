@@ -453,6 +453,18 @@ HOOKS: tuple[Hook, ...] = (
         **_TOP_LOGPROBS,
     ),
     Hook(
+        "sglang.srt.layers.logprob_processor.get_token_ids_logprobs",
+        HookType.AROUND,
+        logprobs.tensor_token_ids_logprobs,
+        why="A request's `token_ids_logprob` values are a gather from its own logprob row, served whatever its "
+            "co-runners ask for; a batch that mixes requests asking for them with requests that do not is served.",
+        sglang="Keeps each asking row's values as a device tensor and writes a bare `[]` for each other row; "
+               "`move_logprobs_to_cpu` and the decode result path then call `.tolist()` on every entry, and the "
+               "scheduler dies on the first mixed batch (sglang#35705, sglang#34719).",
+        upstream="Call `.tolist()` only on tensors in the result processors (sglang#35852, sglang#35052), or write "
+                 "an empty tensor for a row that asked for nothing.",
+    ),
+    Hook(
         "sglang.srt.managers.schedule_batch.ScheduleBatch.cumulate_penalty_output_tokens",
         HookType.AROUND,
         penalties.prepared_feed,

@@ -1,4 +1,5 @@
-"""Top-k logprob adapters: under ``--corun`` a request's top-k logprobs, ties included, depend on its own row.
+"""Logprob adapters: under ``--corun`` a request's top-k logprobs, ties included, depend on its own row, and
+a batch that mixes ``token_ids_logprob`` requests with requests without it is served.
 
 SGLang's two top-k helpers (``get_top_logprobs_raw``: the sampled position of every request, decode and
 prefill; ``get_top_logprobs_chunk``: the prompt positions of a prefill, packed prompts together) run one
@@ -13,12 +14,18 @@ Invariants:
   are ``torch.topk``'s, bit for bit, and the ids of equal values ascend;
 - a helper that reads anything of the logprobs but ``topk(k, dim)`` over its last dimension stops the
   server (``CorunContractError``): it would run on rows no ranking covers;
+- under ``--corun`` every entry of ``get_token_ids_logprobs``'s values kept on the device is a tensor: a row
+  that asked for no token ids gets an empty one, where SGLang writes a bare ``[]`` that its result processors
+  then call ``.tolist()`` on (the scheduler dies on any batch that mixes the two). The values of the rows that
+  asked are SGLang's own gather, untouched;
 - without ``--corun`` the helpers run as SGLang ships them.
 """
 
 from __future__ import annotations
 
 import collections
+
+import torch
 
 from corun_sglang.core import ranking
 from corun_sglang.serving.adapters import state
@@ -58,3 +65,16 @@ def ranked_top_logprobs(original, *args, **kwargs):
     bound = state.bind(original, *args, **kwargs)
     bound.arguments["logprobs"] = Ranked(bound.arguments["logprobs"])
     return original(*bound.args, **bound.kwargs)
+
+
+@state.corun_only
+def tensor_token_ids_logprobs(original, *args, **kwargs):
+    """SGLang's ``get_token_ids_logprobs`` with an empty tensor, not ``[]``, for each row that asked for no token
+    ids, where it keeps the values on the device (``no_copy_to_cpu``) under ``--corun``."""
+    vals, idxs = original(*args, **kwargs)
+    bound = state.bind(original, *args, **kwargs)
+    bound.apply_defaults()
+    if bound.arguments["no_copy_to_cpu"]:
+        logprobs = bound.arguments["logprobs"]
+        vals = [v if torch.is_tensor(v) else logprobs.new_empty((0,)) for v in vals]
+    return vals, idxs

@@ -83,3 +83,36 @@ def test_without_corun_the_helpers_are_sglangs(serving):
     values, ids = _decode(rows, [5] * rows.shape[0])[0]
     expected = torch.topk(rows, 5)
     assert ids == expected.indices[0].tolist() and values == expected.values[0].tolist()
+
+
+def _mixed_token_ids(rows, asks):
+    """A batch whose rows ask for ``asks[i]`` token ids (None: none) through SGLang's decode path, then its
+    prefill result processor's ``move_logprobs_to_cpu``: what each row's reply carries."""
+    import types
+
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+    from sglang.srt.layers.logprob_processor import OutputLogprobProcessor
+    from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
+
+    out = LogitsProcessorOutput(next_token_logits=None)
+    OutputLogprobProcessor().compute_logprobs(
+        rows.clone(), [0] * len(asks), asks, torch.zeros(len(asks), dtype=torch.int64)).write_output_to(out)
+    SchedulerBatchResultProcessor.move_logprobs_to_cpu(
+        None, batch=types.SimpleNamespace(return_logprob=True), logits_output=out)
+    return out.next_token_token_ids_logprobs_val
+
+
+def test_a_batch_mixing_token_ids_logprob_with_rows_without_it_is_served_row_by_row(serving):
+    serving(True)
+    rows, chosen = _tied(rows=4), [0, 1, 2, 13, 100]
+    alone = _mixed_token_ids(rows[:1], [chosen])[0]
+    mixed = _mixed_token_ids(rows, [chosen, None, [7, 3], None])
+    assert mixed[0] == alone == rows[0, chosen].tolist()
+    assert mixed[1] == mixed[3] == [] and mixed[2] == rows[2, [7, 3]].tolist()
+
+
+def test_negative_control_as_shipped_a_mixed_token_ids_batch_kills_the_result_processor(serving):
+    serving(False)
+    with pytest.raises(AttributeError, match="tolist"):
+        _mixed_token_ids(_tied(rows=4), [[0, 1, 2], None, None, None])
+    assert _mixed_token_ids(_tied(rows=2), [[0, 1], [2]])[1] == _tied(rows=2)[1, [2]].tolist()  # unmixed: served
