@@ -89,7 +89,6 @@ _DROP = "drop it, or serve this request without --corun"
 _SURFACE = "suite-smollm2-surface"
 _SURFACE_GRAMMAR = "suite-smollm2-surface-grammar"
 _PENDING = f"; not yet run among co-runners on a GPU (queue chunk {_SURFACE})"
-_PENDING_GRAMMAR = f"; not yet run among co-runners on a GPU (queue chunk {_SURFACE_GRAMMAR})"
 _SURFACE_RUN = "SmolLM2-135M-Instruct on an H100"
 _PENALTY = ("row-local under --corun (a penalizer row counts the request's own earlier outputs, fed at each step's "
             "launch: adapters.penalties); needles with each penalty and all three among co-runners with other "
@@ -98,9 +97,14 @@ _PENALTY = ("row-local under --corun (a penalizer row counts the request's own e
 _MIN_BIAS = ("needles with min_new_tokens against a boosted EOS, and biases that ban or boost tokens, among "
              "co-runners with other minimums and biases and none: 0 of 8 divergent, default SGLang 4 of 8 "
              f"({_SUITE} p, {_SURFACE_RUN})")
-_GRAMMAR = ("row-local: the grammar backend (xgrammar) fills the request's own bitmask row after its previous "
-            "token is accepted (SGLang delays a grammar batch's sampling for that) and sets that row's "
-            "disallowed logits to -inf" + _PENDING_GRAMMAR)
+_GRAMMAR = ("row-local (the grammar backend, xgrammar, fills the request's own bitmask row after its previous "
+            "token is accepted, SGLang delaying a grammar batch's sampling for that, and sets that row's "
+            "disallowed logits to -inf)")
+_GRAMMARS = ("needles with a JSON schema, a regex and an EBNF grammar among co-runners with other grammars and "
+             f"none: 0 of 12 divergent, default SGLang 3 of 12 ({_SUITE} q, {_SURFACE_RUN})")
+_OPENAI_GRAMMARS = ("the openai client's forced tool calls (tools with a forced tool_choice, a structural tag under "
+                    "--tool-call-parser) and a JSON-schema response_format, alone vs among 48 concurrent clients "
+                    f"and 64 others: 0 of 10 divergent, default SGLang 6 of 10 ({_SUITE} r, {_SURFACE_RUN})")
 _TOPK = ("row-local under --corun: top-k in (value, token id) order, fixed by the request's own row "
          "(adapters.logprobs); not yet run among co-runners on a GPU (queue chunks "
          f"{_SURFACE}, {_SURFACE_GRAMMAR})")
@@ -143,14 +147,12 @@ PARAMETERS: tuple[Param, ...] = (
         accepts=Optional[Annotated[StrictInt, Field(ge=0)]]),
     _sp("logit_bias", VERIFIED, "row-local (the request's own bias row is added to its own logits); " + _MIN_BIAS,
         accepts=Optional[dict[Annotated[StrictStr, Field(pattern=r"^[0-9]+$")], _Finite]]),
-    _sp("json_schema", REFUSED, _GRAMMAR, "drop it (and response_format, and tools with a forced tool_choice)",
-        openai="response_format / tools", accepts=Optional[StrictStr], measure=_SURFACE_GRAMMAR),
-    _sp("regex", REFUSED, _GRAMMAR, "drop it", accepts=Optional[StrictStr], measure=f"{_SURFACE}, {_SURFACE_GRAMMAR}"),
-    _sp("ebnf", REFUSED, _GRAMMAR, "drop it", accepts=Optional[StrictStr], measure=_SURFACE_GRAMMAR),
-    _sp("structural_tag", REFUSED, _GRAMMAR,
-        "drop it (and response_format of type structural_tag, and tools with a forced tool_choice where the "
-        "server has a --tool-call-parser)", openai="response_format / tools", accepts=Optional[StrictStr],
-        measure=_SURFACE_GRAMMAR),
+    _sp("json_schema", VERIFIED, f"{_GRAMMAR}; {_GRAMMARS}; {_OPENAI_GRAMMARS}", openai="response_format / tools",
+        accepts=Optional[StrictStr]),
+    _sp("regex", VERIFIED, f"{_GRAMMAR}; {_GRAMMARS}", accepts=Optional[StrictStr]),
+    _sp("ebnf", VERIFIED, f"{_GRAMMAR}; {_GRAMMARS}", accepts=Optional[StrictStr]),
+    _sp("structural_tag", VERIFIED, f"{_GRAMMAR}; {_OPENAI_GRAMMARS}", openai="response_format / tools",
+        accepts=Optional[StrictStr]),
     _sp("custom_params", REFUSED, "it feeds custom logit processors", "drop it"),
     _sp("stop_strs", REFUSED, _INTERNAL, "use stop"),
     _sp("stop_regex_strs", REFUSED, _INTERNAL, "use stop_regex"),
@@ -169,7 +171,9 @@ PARAMETERS: tuple[Param, ...] = (
         openai="logprobs / top_logprobs",
         accepts=Optional[Annotated[StrictInt, Field(ge=0, le=TOP_LOGPROBS_MAX)]],
         measure=f"{_SURFACE}, {_SURFACE_GRAMMAR}"),
-    _rq("token_ids_logprob", REFUSED, "row-local: a gather from the request's own logprob row" + _PENDING,
+    _rq("token_ids_logprob", REFUSED, "row-local: a gather from the request's own logprob row, and a batch that "
+        "mixes it with requests without it is served (stock SGLang 0.5.17's scheduler dies on one, sglang#35705; "
+        "adapters.logprobs)" + _PENDING,
         "drop it", accepts=Optional[list[StrictInt]], measure=_SURFACE),
     _rq("return_sampling_mask", REFUSED, "the sampling mask was not compared among co-runners", _DROP),
     _rq("return_flat_raw_top_logprobs", REFUSED, "top-k logprobs were not compared among co-runners", _DROP),
@@ -233,7 +237,8 @@ PARAMETERS: tuple[Param, ...] = (
     _rq("extra_key", FREE, "a radix-cache namespace; the radix cache is off under --corun", openai="cache_salt"),
     _rq("routing_key", FREE, f"orders waiting requests only; order changes nothing under --corun ({_SUITE} c)"),
     _rq("routed_dp_rank", FREE, "picks a data-parallel rank; --corun serves one (SGLang refuses any rank but 0)"),
-    _rq("require_reasoning", FREE, "read only by grammar-constrained decoding, which is refused unless measured"),
+    _rq("require_reasoning", FREE, "read only by the request's own grammar, which on a server with a "
+        "--reasoning-parser applies its mask after the request's own reasoning ends"),
 )
 
 TABLE: dict[tuple[str, str], Param] = {(p.where, p.name): p for p in PARAMETERS}
@@ -318,7 +323,9 @@ def measured_names(value: str | None) -> frozenset:
     measurable = {p.name for p in PARAMETERS if p.measure}
     unknown = sorted(names - measurable)
     if unknown:
-        raise ValueError(f"{MEASURE_OPTION} names {', '.join(unknown)}, which no GPU queue chunk measures; "
+        served = sorted(n for n in unknown if any(p.name == n and p.status != REFUSED for p in PARAMETERS))
+        because = f" ({', '.join(served)}: {VERIFIED} or {FREE}, served without it)" if served else ""
+        raise ValueError(f"{MEASURE_OPTION} names {', '.join(unknown)}, which no GPU queue chunk measures{because}; "
                          f"measurable: {', '.join(sorted(measurable))}")
     return names
 
@@ -397,8 +404,7 @@ def check(request: Mapping[str, Any], sampling_params: Any, prompt_len: int | No
 #: SGLang 0.5.17's defaults of the refused parameters and of those ``NEEDS_TOKENIZER`` names (its
 #: ``SamplingParams`` and ``GenerateReqInput``).
 SAMPLING_DEFAULTS: dict[str, Any] = {
-    "min_new_tokens": 0, "json_schema": None, "regex": None, "ebnf": None, "structural_tag": None,
-    "custom_params": None, "stop_strs": None, "stop_regex_strs": None, "stop_str_max_len": 0,
+    "min_new_tokens": 0, "custom_params": None, "stop_strs": None, "stop_regex_strs": None, "stop_str_max_len": 0,
     "stop_regex_max_len": 0, "is_normalized": False,
 }
 REQUEST_DEFAULTS: dict[str, Any] = {"top_logprobs_num": 0, "routed_experts_start_len": 0}

@@ -11,6 +11,7 @@ HTTP 400.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from corun_sglang.core import requests_check
 
@@ -18,6 +19,11 @@ GENERATE, COMPLETIONS, CHAT = "/generate", "/v1/completions", "/v1/chat/completi
 
 #: A short prompt of token ids inside any test vocabulary.
 PROMPT = [11, 12, 13, 14, 15, 16, 17, 18]
+
+#: A tool the chat cases force a call of (``tool_choice``).
+TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "the weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +51,16 @@ def _chat(name, status=400, names=(), **fields):
 
 #: One value per refused sampling parameter that differs from SGLang's default.
 REFUSED_SAMPLING_VALUES = {
-    "json_schema": '{"type": "object"}', "regex": "[a-z]+", "ebnf": 'root ::= "a"',
-    "structural_tag": '{"type": "structural_tag"}', "custom_params": {"k": 1}, "stop_strs": ["x"],
-    "stop_regex_strs": ["x"], "stop_str_max_len": 3, "stop_regex_max_len": 3, "is_normalized": True,
+    "custom_params": {"k": 1}, "stop_strs": ["x"], "stop_regex_strs": ["x"], "stop_str_max_len": 3,
+    "stop_regex_max_len": 3, "is_normalized": True,
+}
+
+#: One valid grammar per verified structured-output parameter (the structural tag in SGLang's legacy form, which
+#: lets text run free until its trigger).
+GRAMMAR_VALUES = {
+    "json_schema": '{"type": "object"}', "regex": "[a-z]+", "ebnf": 'root ::= "the" | "of"',
+    "structural_tag": '{"type": "structural_tag", "structures": [{"begin": "<a>", "schema": {"type": "object"}, '
+                      '"end": "</a>"}], "triggers": ["<a>"]}',
 }
 
 #: One value per refused request field that differs from SGLang's default.
@@ -80,6 +93,7 @@ def _cases() -> tuple[Case, ...]:
         _gen("verified-penalties", {"frequency_penalty": 0.5, "presence_penalty": -0.5, "repetition_penalty": 1.1,
                                     "min_new_tokens": 2, "logit_bias": {"11": 1.0}, "sampling_seed": 6}, 200,
              return_logprob=True),
+        *[_gen(f"verified-{name}", {name: value, "sampling_seed": 10}, 200) for name, value in GRAMMAR_VALUES.items()],
         _gen("defaults-explicit", {"frequency_penalty": 0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
                                    "min_new_tokens": 0, "json_schema": None, "logit_bias": None}, 200,
              top_logprobs_num=0, return_hidden_states=False),
@@ -92,8 +106,11 @@ def _cases() -> tuple[Case, ...]:
         _gen("seed-stream", {"sampling_seed": "abc"}, names=["sampling_seed"], stream=True),
         _gen("seed-n2", {"sampling_seed": -1, "n": 2}, names=["sampling_seed"]),
         _gen("seed-batch", {"sampling_seed": 2 ** 70}, names=["sampling_seed"], input_ids=[PROMPT, PROMPT[:4]]),
-        _gen("batch-list-params", None, names=["regex"], input_ids=[PROMPT, PROMPT[:4]],
-             sampling_params=[{"max_new_tokens": 4}, {"max_new_tokens": 4, "regex": "[a-z]+"}]),
+        _gen("batch-list-params", None, names=["custom_params"], input_ids=[PROMPT, PROMPT[:4]],
+             sampling_params=[{"max_new_tokens": 4, "regex": "[a-z]+"},
+                              {"max_new_tokens": 4, "custom_params": {"k": 1}}]),
+        # two grammars in one request: SGLang's own check refuses them
+        _gen("two-grammars", {"regex": "[a-z]+", "ebnf": 'root ::= "the"'}, names=["regex", "ebnf"]),
         _gen("n-string", {"n": "2"}, names=["n"]),
         _gen("n-null", {"n": None}, names=["n"]),
         _gen("n-float", {"n": 2.5}, names=["n"]),
@@ -124,7 +141,8 @@ def _cases() -> tuple[Case, ...]:
         _cmp("top-logprobs-5", names=["logprobs", "top_logprobs_num"], logprobs=5, echo=True),
         _cmp("echo-logprobs", 200, echo=True, logprobs=0),
         _cmp("penalty", 200, seed=5, frequency_penalty=0.3),
-        _cmp("response-format", names=["response_format", "json_schema"], response_format={"type": "json_object"}),
+        _cmp("response-format", 200, seed=5, response_format={"type": "json_object"}),
+        _cmp("regex", 200, seed=5, regex="[a-z]+"),
         _cmp("logit-bias", 200, seed=5, logit_bias={"11": 2.0}),
         _cmp("min-tokens", 200, seed=5, min_tokens=2),
         # OpenAI chat
@@ -133,11 +151,16 @@ def _cases() -> tuple[Case, ...]:
         _chat("seed-minus-one", names=["seed", "sampling_seed"], seed=-1),
         _chat("seed-stream", names=["seed", "sampling_seed"], seed=1 << 70, stream=True),
         _chat("top-logprobs", names=["top_logprobs", "top_logprobs_num"], logprobs=True, top_logprobs=3),
-        _chat("response-format", names=["response_format", "json_schema"], response_format={"type": "json_object"}),
-        _chat("response-format-schema", names=["response_format", "json_schema"], response_format={
+        _chat("response-format", 200, seed=5, response_format={"type": "json_object"}),
+        _chat("response-format-schema", 200, seed=5, response_format={
             "type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}}}),
+        _chat("response-format-structural-tag", 200, seed=5,
+              response_format=json.loads(GRAMMAR_VALUES["structural_tag"])),
+        _chat("tool-call-forced", 200, seed=5, tools=[TOOL],
+              tool_choice={"type": "function", "function": {"name": "get_weather"}}),
         _chat("top-logprobs-20", names=["top_logprobs", "top_logprobs_num"], logprobs=True, top_logprobs=20),
-        _chat("regex", names=["regex"], regex="[a-z]+"),
+        _chat("regex", 200, seed=5, regex="[a-z]+"),
+        _chat("ebnf", 200, seed=5, ebnf='root ::= "the" | "of"'),
         _chat("repetition", 200, seed=5, repetition_penalty=1.2),
         _chat("n2-penalty", 200, seed=5, n=2, presence_penalty=0.5),
     ]

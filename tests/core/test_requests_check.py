@@ -3,6 +3,7 @@ refused or malformed value refused with its name, every verified and free value 
 
 import dataclasses
 import inspect
+import json
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,8 @@ def test_verified_parameters_are_those_the_suite_ran():
     verified = {p.name for p in requests_check.PARAMETERS if p.status == VERIFIED}
     assert verified == {"max_new_tokens", "temperature", "top_p", "top_k", "min_p", "sampling_seed", "ignore_eos",
                         "n", "return_logprob", "logprob_start_len", "frequency_penalty", "presence_penalty",
-                        "repetition_penalty", "min_new_tokens", "logit_bias"}
+                        "repetition_penalty", "min_new_tokens", "logit_bias", "json_schema", "regex", "ebnf",
+                        "structural_tag"}
     assert all("docs/results/determinism" in TABLE["sampling_params", n].note
                for n in verified - {"return_logprob", "logprob_start_len"})
 
@@ -130,8 +132,8 @@ def test_non_object_sampling_params_are_refused():
 
 def test_server_preferred_parameters_are_checked_and_named():
     with pytest.raises(RequestRefused, match="--preferred-sampling-params"):
-        requests_check.check({}, {}, preferred={"regex": "a+"})
-    requests_check.check({}, {"regex": None}, preferred={"regex": "a+"})
+        requests_check.check({}, {}, preferred={"custom_params": {"k": 1}})
+    requests_check.check({}, {"custom_params": None}, preferred={"custom_params": {"k": 1}})
     with pytest.raises(RequestRefused, match="^frequency_penalty"):  # a verified one is type-checked as sent
         requests_check.check({}, {}, preferred={"frequency_penalty": "0.5"})
 
@@ -163,7 +165,7 @@ def test_verified_and_free_values_pass_through_sglangs_own_classes():
 # ----------------------------------------------------------------- refused parameters a GPU queue chunk measures
 
 MEASURED_VALUES = {
-    "sampling_params": {"json_schema": '{"type": "object"}', "regex": "[a-z]+", "ebnf": 'root ::= "a"', "structural_tag": '{"type": "structural_tag"}'},
+    "sampling_params": {},
     "request": {"top_logprobs_num": 5, "token_ids_logprob": [3, 7]},
 }
 
@@ -193,7 +195,9 @@ def test_a_measured_parameter_is_served_only_where_measured():
     ({"min_new_tokens": -1}, {}, "min_new_tokens"), ({"min_new_tokens": 2.0}, {}, "min_new_tokens"),
     ({"logit_bias": {"seven": 1.0}}, {}, "logit_bias"), ({"logit_bias": {"7": float("inf")}}, {}, "logit_bias"),
     ({"logit_bias": [7]}, {}, "logit_bias"), ({"json_schema": {"type": "object"}}, {}, "json_schema"),
-    ({"regex": 5}, {}, "regex"), ({}, {"top_logprobs_num": requests_check.TOP_LOGPROBS_MAX + 1}, "top_logprobs_num"),
+    ({"regex": 5}, {}, "regex"), ({"ebnf": ['root ::= "a"']}, {}, "ebnf"),
+    ({"structural_tag": {"type": "structural_tag"}}, {}, "structural_tag"),
+    ({}, {"top_logprobs_num": requests_check.TOP_LOGPROBS_MAX + 1}, "top_logprobs_num"),
     ({}, {"top_logprobs_num": 2.0}, "top_logprobs_num"), ({}, {"token_ids_logprob": ["a"]}, "token_ids_logprob"),
 ])
 def test_a_served_parameter_of_the_wrong_type_is_refused_by_name(params, fields, name):
@@ -227,10 +231,13 @@ def test_min_new_tokens_needs_the_servers_tokenizer():
 
 def test_only_measurable_parameters_can_be_measured():
     assert requests_check.measured_names(None) == frozenset() == requests_check.measured_names(" , ")
-    assert requests_check.measured_names("regex, top_logprobs_num") == {"regex", "top_logprobs_num"}
-    for value in ("lora_path", "regex,bogus", "custom_params"):
+    assert requests_check.measured_names("token_ids_logprob, top_logprobs_num") == {"token_ids_logprob",
+                                                                                  "top_logprobs_num"}
+    for value in ("lora_path", "top_logprobs_num,bogus", "custom_params"):
         with pytest.raises(ValueError, match=requests_check.MEASURE_OPTION):
             requests_check.measured_names(value)
+    with pytest.raises(ValueError, match=r"names regex, which .*\(regex: verified or free, served without it\)"):
+        requests_check.measured_names("top_logprobs_num,regex")  # verified: nothing left to measure
 
 
 # ----------------------------------------------------------------- the OpenAI protocol's conversions
@@ -261,15 +268,27 @@ def test_openai_defaults_pass(convert):
     requests_check.check({}, convert(seed=5, max_tokens=4, temperature=0.7, n=2))
 
 
+STRUCTURAL_TAG = json.loads(request_corpus.GRAMMAR_VALUES["structural_tag"])
+
+
 @pytest.mark.parametrize("convert", [_completion_params, _chat_params], ids=["completions", "chat"])
-@pytest.mark.parametrize("fields,names", [
-    ({"response_format": {"type": "json_object"}}, ["json_schema", "response_format"]),
-    ({"regex": "[a-z]"}, ["regex"]),
+@pytest.mark.parametrize("fields,name", [
+    ({"response_format": {"type": "json_object"}}, "json_schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}},
+     "json_schema"),
+    ({"response_format": STRUCTURAL_TAG}, "structural_tag"),
+    ({"regex": "[a-z]"}, "regex"),
+    ({"ebnf": 'root ::= "a"'}, "ebnf"),
 ])
-def test_openai_refused_parameters_name_both_apis(convert, fields, names):
-    with pytest.raises(RequestRefused) as err:
-        requests_check.check({}, convert(max_tokens=4, **fields))
-    assert all(name in str(err.value) for name in names)
+def test_openai_structured_outputs_are_served(convert, fields, name):
+    params = convert(max_tokens=4, seed=3, **fields)
+    assert params[name]
+    requests_check.check({}, params)
+
+
+def test_an_openai_refused_parameter_is_named():
+    with pytest.raises(RequestRefused, match="^custom_params"):
+        requests_check.check({}, _chat_params(max_tokens=4, custom_params={"k": 1}))
 
 
 @pytest.mark.parametrize("convert", [_completion_params, _chat_params], ids=["completions", "chat"])

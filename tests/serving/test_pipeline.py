@@ -136,11 +136,13 @@ def test_a_measuring_server_says_so_in_its_summary_and_fingerprint(make_args):
     from corun_sglang.core import fingerprint
 
     plain = make_args(corun=True).corun_config
-    measuring = make_args(corun=True, corun_measure="regex,top_logprobs_num").corun_config
-    assert measuring.measured == ("regex", "top_logprobs_num") and plain.measured == ()
-    assert "UNVERIFIED request parameters served: regex, top_logprobs_num" in measuring.summary()
+    measuring = make_args(corun=True, corun_measure="token_ids_logprob,top_logprobs_num").corun_config
+    assert measuring.measured == ("token_ids_logprob", "top_logprobs_num") and plain.measured == ()
+    assert "UNVERIFIED request parameters served: token_ids_logprob, top_logprobs_num" in measuring.summary()
     assert fingerprint.configuration(measuring) != fingerprint.configuration(plain)
     with pytest.raises(config.CorunConfigError, match="--corun-measure names lora_path"):
         make_args(corun=True, corun_measure="lora_path")
+    with pytest.raises(config.CorunConfigError, match="--corun-measure names regex, .*served without it"):
+        make_args(corun=True, corun_measure="regex,top_logprobs_num")  # verified: nothing to measure
     with pytest.raises(config.CorunConfigError, match="--corun-measure: part of --corun"):
-        make_args(corun_measure="regex")
+        make_args(corun_measure="top_logprobs_num")

@@ -208,32 +208,42 @@ def test_openai_chat_with_top_logprobs(openai_client, measured):
     assert len(content) == len(OUTPUT_IDS) and all(len(step.top_logprobs) == 5 for step in content)
 
 
-@pytest.mark.parametrize("measured", MODES)
-def test_openai_chat_with_a_json_schema_response_format(openai_client, measured):
+def test_openai_chat_with_a_json_schema_response_format_is_served(openai_client):
     import json
 
-    out, sent = _call(openai_client, measured, ["json_schema"], lambda c: c.chat.completions.create(
+    out, sent = _call(openai_client, False, ["json_schema"], lambda c: c.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "hello there"}], max_tokens=16, seed=3,
         response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}}))
-    if out is None:
-        return
+    assert out is not None  # verified: served by a plain --corun server
     assert json.loads(sent.sampling_params.json_schema) == SCHEMA
     assert json.loads(out.choices[0].message.content) == {"answer": "yes"}
 
 
-@pytest.mark.parametrize("measured", MODES)
+def test_openai_chat_with_a_structural_tag_response_format_is_served(openai_client):
+    import json
+
+    from corun_sglang.tools import request_corpus
+
+    tag = json.loads(request_corpus.GRAMMAR_VALUES["structural_tag"])
+    out, sent = _call(openai_client, False, ["structural_tag"], lambda c: c.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hello there"}], max_tokens=16, seed=3,
+        response_format=tag))
+    assert out is not None  # verified: served by a plain --corun server
+    assert json.loads(sent.sampling_params.structural_tag)["structures"] == tag["structures"]
+    assert sent.sampling_params.json_schema is None
+
+
 @pytest.mark.parametrize("parser", [None, "qwen25"])
-def test_openai_chat_with_a_forced_tool_call(openai_client, measured, parser):
+def test_openai_chat_with_a_forced_tool_call_is_served(openai_client, parser):
     """SGLang constrains a forced tool call with a JSON schema of calls of that tool, or, where the server has a
-    ``--tool-call-parser``, with the parser's structural tag; either is what ``--corun`` checks."""
+    ``--tool-call-parser``, with the parser's structural tag; either is served by a plain ``--corun`` server."""
     import json
 
     grammar = "structural_tag" if parser else "json_schema"
-    out, sent = _call(openai_client, measured, [grammar], lambda c: c.chat.completions.create(
+    out, sent = _call(openai_client, False, [grammar], lambda c: c.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "weather in Paris?"}], max_tokens=32, seed=3,
         tools=[TOOL], tool_choice={"type": "function", "function": {"name": "get_weather"}}), tool_call_parser=parser)
-    if out is None:
-        return
+    assert out is not None  # verified: served by a plain --corun server
     constraint = getattr(sent.sampling_params, grammar)
     assert "get_weather" in constraint
     message = out.choices[0].message
