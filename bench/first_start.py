@@ -28,7 +28,8 @@ def checkpoint(shape: str, root: Path) -> Path:
     if shape == "smollm2":
         from corun_sglang.tools import models
 
-        return models.materialize("smollm2", root / "smollm2")
+        dest = root / "smollm2"
+        return dest if models.is_materialized(dest) else models.materialize("smollm2", dest)
     from corun_sglang.tools import synthetic
 
     return synthetic.prepare(root / f"ckpt-{shape}", shape, "in-place")

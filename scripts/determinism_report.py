@@ -364,7 +364,9 @@ def _hits(requests: list[dict], outcomes: list[tuple[dict, bool]]) -> dict:
 def _overlap(ran: list[dict], cells: dict) -> dict:
     """{cell: [one entry per suite row]}: the server's running-request counts against the intended ones.
 
-    An entry is proven iff observed_max >= intended; a row that claims no overlap (``claims_overlap``
+    An entry is proven iff observed_max >= intended, or its row is a control arm's (``MUST_DIVERGE``) that
+    diverged: overlap is there to rule out a vacuous 0, and a control that diverged, its null control clean,
+    showed its co-runners' effect (``control_diverged``). A row that claims no overlap (``claims_overlap``
     false: it compares runs alone) is not judged. A cell with compared rows gets an unproven entry
     for each of its suite rows without an overlap, and one if it has no suite row at all.
     """
@@ -382,6 +384,8 @@ def _overlap(ran: list[dict], cells: dict) -> dict:
         entry = {f: o.get(f) for f in ("intended", "observed_max", "observed_min", "samples")}
         entry["proven"] = (entry["intended"] is not None and entry["observed_max"] is not None
                            and entry["observed_max"] >= entry["intended"])
+        if not entry["proven"] and r["arm"] in MUST_DIVERGE and r.get("divergent"):
+            entry.update(proven=True, control_diverged=True)
         out[k].append(entry)
     for k, (_, c) in cells.items():
         if c and k not in out:
@@ -494,6 +498,8 @@ def _overlap_cell(entries: list[dict] | None) -> str:
             shown.append("not claimed")
         elif e["observed_max"] is None or e["intended"] is None:
             shown.append("**NOT PROVEN** (not measured)")
+        elif e.get("control_diverged"):
+            shown.append(f"{e['observed_max']} < {e['intended']}, diverged")
         elif e["proven"]:
             shown.append(f"{e['observed_max']} >= {e['intended']}")
         else:

@@ -150,6 +150,20 @@ def test_overlap_below_the_intended_count_or_missing_is_not_proven():
     assert "overlap: proven in all 2 cells" in report.checks(report.recompute(rows, suite))
 
 
+def test_a_control_that_diverged_needs_no_overlap_and_one_that_did_not_still_does():
+    rows = (_needle("default", "r", "tool", [("x", 0)], shape="smollm2")
+            + _needle("default", "q", "json", [("ref", None)], shape="smollm2"))
+    low = {"intended": 14, "observed_max": 2, "samples": 32}
+    suite = [_suite("default", "r", shape="smollm2", comparisons=1, divergent=1, overlap=low),
+             _suite("default", "q", shape="smollm2", comparisons=1, divergent=0, overlap=dict(low))]
+    summary = report.recompute(rows, suite)
+    overlap = summary["controls"]["overlap"]
+    assert [e["proven"] for e in overlap["smollm2|r|default"]] == [True]
+    assert [e["proven"] for e in overlap["smollm2|q|default"]] == [False]  # no divergence: the 0 may be vacuous
+    assert "| r | 2 < 14, diverged |" in report.render(summary)
+    assert "overlap: NOT PROVEN in 1 of 2 cells (smollm2: q/default)" in report.checks(summary)
+
+
 def test_a_row_with_no_tokens_is_flagged_and_main_exits_1(tmp_path):
     rows = _needle("corun", "b", "n", [("ref", None)])
     rows[1]["tokens"] = 0
