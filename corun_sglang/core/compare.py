@@ -45,6 +45,12 @@ class Generation:
     #: per output step, the ``(logprob, token id)`` pairs of the chosen ids (``token_ids_logprob``).
     token_ids_logprobs: tuple[tuple[tuple[float, int], ...], ...] = ()
 
+    @property
+    def nonfinite_logprobs(self) -> int:
+        """Sampled tokens whose logprob is not finite (served as null, read as NaN): a row with no allowed token,
+        where the token is whatever the kernels made of it."""
+        return sum(x != x for x in self.logprobs)
+
     @classmethod
     def of(cls, tokens: Sequence[int], logprobs: Sequence[float], prompt_logprobs: Sequence = (),
            finish: str | None = None, cached_tokens: int = 0, top_logprobs: Sequence = (),

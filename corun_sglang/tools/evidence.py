@@ -119,7 +119,7 @@ def judge(shape: str, arm: str, scenario: str, sents: list[Sent], overlap_of: Ca
                     "first_divergence": step, "prompt_tokens": s.prompt_tokens, "cached_tokens": gen.cached_tokens,
                     **({"logprob_start_len": s.logprob_start_len} if s.logprob_start_len is not None else {}),
                     **({"reference_arm": s.reference_arm} if s.reference_arm else {}),
-                    **({"nonfinite_logprobs": bad} if (bad := sum(x != x for x in gen.logprobs)) else {})})
+                    **({"nonfinite_logprobs": gen.nonfinite_logprobs} if gen.nonfinite_logprobs else {})})
         if s.role == "null":
             nulls += 1
             if step is not None:

@@ -51,6 +51,7 @@ def test_a_logprob_the_server_wrote_as_null_reads_as_nan_and_compares():
 
     got = served(float("-inf"), float("-inf"))
     assert math.isnan(got.logprobs[1]) and math.isnan(got.top_logprobs[0][1][0])
+    assert got.nonfinite_logprobs == 1 and served(-30.0, float("-inf")).nonfinite_logprobs == 0  # top-k not counted
     assert first_divergence(got, served(float("nan"), float("-inf"))) is None  # the same null, the same bits
     assert digest(got) == digest(served(float("-inf"), float("nan")))
     assert first_divergence(got, served(-30.0, float("-inf"))) == 1

@@ -121,7 +121,7 @@ def _no_token_allowed(sents) -> list[str]:
     logit -inf), where the output is whatever the kernels make of that row, not a sample the grammar allowed."""
     return [f"{s.key}: {bad} sampled-token logprobs are not finite (a grammar row allowed no token)"
             for s in sents if s.role == "reference" and s.generation is not None
-            and (bad := sum(x != x for x in s.generation.logprobs))]
+            and (bad := s.generation.nonfinite_logprobs)]
 
 
 def test_n_top_k_logprobs_among_co_runners_asking_other_k(arms):
