@@ -384,7 +384,7 @@ def _overlap(ran: list[dict], cells: dict) -> dict:
         entry = {f: o.get(f) for f in ("intended", "observed_max", "observed_min", "samples")}
         entry["proven"] = (entry["intended"] is not None and entry["observed_max"] is not None
                            and entry["observed_max"] >= entry["intended"])
-        if not entry["proven"] and r["arm"] in MUST_DIVERGE and r.get("divergent"):
+        if not entry["proven"] and r["arm"] in MUST_DIVERGE and r.get("divergent") and not r.get("null_divergent"):
             entry.update(proven=True, control_diverged=True)
         out[k].append(entry)
     for k, (_, c) in cells.items():

@@ -162,6 +162,8 @@ def test_a_control_that_diverged_needs_no_overlap_and_one_that_did_not_still_doe
     assert [e["proven"] for e in overlap["smollm2|q|default"]] == [False]  # no divergence: the 0 may be vacuous
     assert "| r | 2 < 14, diverged |" in report.render(summary)
     assert "overlap: NOT PROVEN in 1 of 2 cells (smollm2: q/default)" in report.checks(summary)
+    suite[0]["null_divergent"] = 1  # a divergence its null control also shows is no co-runner effect
+    assert [e["proven"] for e in report.recompute(rows, suite)["controls"]["overlap"]["smollm2|r|default"]] == [False]
 
 
 def test_a_row_with_no_tokens_is_flagged_and_main_exits_1(tmp_path):

@@ -288,7 +288,8 @@ def _judge(arms: Arms, arm: str, scenario: str, sents, probe, more=(), reference
     only, whose findings go into its row); ``more(row)`` adds problems of the scenario's own."""
     judged = evidence.judge(arms.label, arm, scenario, sents, lambda s: probe.during(s.start, s.end),
                             references=references, tp=TP, probe_failures=probe.failures, **extra)
-    if scenario in MUST_DIVERGE.get(arm, ()) and judged.row["divergent"]:  # a control that diverged proved its case
+    if scenario in MUST_DIVERGE.get(arm, ()) and judged.row["divergent"] and not judged.row["null_divergent"]:
+        # a control that diverged, its null control clean, has shown its co-runners' effect
         judged.problems[:] = [p for p in judged.problems if not p.startswith("overlap not proven")]
     found = (judged.problems + list(more(judged.row) if callable(more) else more) + _verdict(arm, scenario, judged.row)
              + _hit_problems(arm, sents))
