@@ -59,6 +59,9 @@ SCENARIOS = {
          "calls, alone vs among 48 clients and 64 others",
     "s": "prefix-cache hits against cold runs: whole-prompt hits alone, then among co-runners warm, whole, "
          "partial, after eviction, and n = 4 groups",
+    "t": "grammars through SGLang's reasoning wrapper (`--reasoning-parser qwen3`): needles thinking unmasked until "
+         "their own tokens close the think tag, then a JSON schema, a regex or an EBNF grammar, among co-runners "
+         "with grammars behind reasoning, grammars alone and none",
     "http-verify": "OpenAI completions: alone vs 2 concurrent rounds of 128 (`verify`)",
     "http-chat": "OpenAI chat: alone vs 64 concurrent clients",
     "http-restart": "unseeded requests: before vs after a server restart",
@@ -67,7 +70,7 @@ ARMS = ("default", "default-radix", "deterministic", "corun", "corun-prefix", "c
 #: the negative controls: each control arm and the scenarios where it must diverge
 MUST_DIVERGE = {"default": ("a", "b", "d", "i"), "default-radix": ("s",)}
 #: the scenarios default SGLang must diverge in too, for the shapes that ran them (test_suite_surface.py)
-SURFACE_MUST_DIVERGE = ("n", "o", "p", "q", "r")
+SURFACE_MUST_DIVERGE = ("n", "o", "p", "q", "r", "t")
 CONTROL_NAMES = {"default": "default SGLang", "default-radix": "default SGLang with its radix cache"}
 #: the scenario whose prefix-cache hits get a table of their own
 PREFIX = "s"

@@ -316,7 +316,7 @@ def _check_pytest(chunk, env: dict[str, str], argv: list[str]) -> set[str]:
 
         if requests_check.MEASURE_OPTION in corun:
             named = set(corun[corun.index(requests_check.MEASURE_OPTION) + 1].split(","))
-            measurable = {p.name for p in requests_check.PARAMETERS if p.measure}
+            measurable = requests_check.measurable_names()
             assert named <= measurable, f"{chunk.id}: not measurable: {sorted(named - measurable)}"
     return uses
 

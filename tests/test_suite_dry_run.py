@@ -16,15 +16,19 @@ SGLang's scheduler does, over a prefix cache of one of these kinds (``StandIn``)
 - ``none``: no prefix cache, outputs a function of the request alone (a ``--corun`` server without one);
   ``batch``: no cache, outputs that change with the number of requests running (a batch-variant server);
   ``bi``: as ``none``, but a seeded request with min-p takes the server down, as it does SGLang's
-  batch-invariant mode; ``no-grammar``: as ``none``, but blind to grammars (free text where one is sent).
+  batch-invariant mode; ``no-grammar``: as ``none``, but blind to grammars (free text where one is sent);
+  ``no-think-end``: as ``none``, but a request that asks for reasoning under a grammar never closes its think tag
+  (free text to its end, as a model that never writes the think-end sequence gives).
 
 Every stand-in also streams (cumulative events, as SGLang does by default), ends a request at its first stop
 token id, aborts one by its ``rid`` with what it decoded so far, makes a request's outputs follow the features it
 asks for (penalties, a minimum, a bias, a grammar), never emits a token biased by -100, returns top-k logprobs
 (under a grammar the masked ones tie at -inf, which its replies carry as null: they are written with orjson, as
 SGLang writes them) and chosen ids' logprobs, answers a grammar with a text it accepts and then EOS (in the
-character-level tokenizer of the checkpoint folder, ``_tokenizer``), and answers the official OpenAI client with
-logprobs, token ids, forced tool calls and echoed prompts: scenarios a to r but j run whole on it.
+character-level tokenizer of the checkpoint folder, ``_tokenizer``), behind free characters and ``</think>`` where
+the request asks for reasoning (``require_reasoning``, as SGLang's reasoning wrapper applies a grammar once the
+request's own tokens close its think tag), and answers the official OpenAI client with logprobs, token ids, forced
+tool calls and echoed prompts: scenarios a to t but j run whole on it.
 
 No GPU and no model: this proves the scenario's plumbing (what it sends, in which cache state, what it predicts
 and counts), not SGLang's bits.
@@ -65,6 +69,10 @@ def _h(*parts) -> int:
     return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little")
 
 
+#: the kinds without a prefix cache
+UNCACHED = ("none", "batch", "bi", "no-grammar", "no-think-end")
+
+
 class Cache:
     """A prefix cache of ``kind``: entries (token tuples, LRU-stamped) holding at most ``pool`` tokens."""
 
@@ -82,7 +90,7 @@ class Cache:
             self.entries.clear()
 
     def hit(self, tokens: tuple, cap: int) -> int:
-        if self.kind in ("none", "batch", "bi", "no-grammar"):
+        if self.kind in UNCACHED:
             return 0
         if self.kind in ("sglang", "any-hit"):
             best = 0
@@ -106,7 +114,7 @@ class Cache:
 
     def keep(self, tokens: tuple, output: tuple) -> None:
         """What a finished request leaves in the cache."""
-        if self.kind in ("none", "batch", "bi", "no-grammar"):
+        if self.kind in UNCACHED:
             return
         if self.kind in ("sglang", "any-hit"):
             self._add(tokens + output, len(tokens) + len(output), "seq")
@@ -165,7 +173,7 @@ def _tokenizer(folder: Path) -> None:
 
 def _grammar_text(params: dict, pick: int) -> str | None:
     """A text the request's grammar accepts, drawn by ``pick``; None without a grammar. It knows the grammars
-    scenario q sends (``test_suite_surface``) and answers any other with what a permissive one accepts."""
+    scenarios q and t send (``test_suite_surface``) and answers any other with what a permissive one accepts."""
     colors = ("red", "green", "blue")
     if params.get("json_schema"):
         properties = json.loads(params["json_schema"]).get("properties", {})
@@ -181,6 +189,15 @@ def _grammar_text(params: dict, pick: int) -> str | None:
             return "(" + ",".join(str(1 + (pick >> (7 * i)) % 99) for i in range(3 + pick % 2)) + ")"
         return ("yes", "no")[pick % 2]
     return None
+
+
+#: what closes a request's reasoning under ``--reasoning-parser qwen3``, as the stand-in writes it
+THINK_END = "</think>"
+
+
+def _thought(pick: int) -> str:
+    """Free characters a request thinks before it closes the think tag: 3 to 18 of letters and spaces."""
+    return "".join("abcdefghijklmnopqrstuvwxyz "[_h(pick, i) % 27] for i in range(3 + pick % 16))
 
 
 def _serve(kind: str, pool: int, snapshots: str, ready) -> None:
@@ -277,11 +294,12 @@ def _serve(kind: str, pool: int, snapshots: str, ready) -> None:
             one(tokens, {**params, "max_new_tokens": 0}, cap, None, 0)
         rid = body.get("rid")
         top_k = {"k": body.get("top_logprobs_num"), "ids": body.get("token_ids_logprob")}
+        thinking = bool(body.get("require_reasoning"))
         if n > 1:
-            return [one(tokens, params, cap, start, i, rid, top_k) for i in range(n)]
-        return one(tokens, params, cap, start, 0, rid, top_k)
+            return [one(tokens, params, cap, start, i, rid, top_k, thinking) for i in range(n)]
+        return one(tokens, params, cap, start, 0, rid, top_k, thinking)
 
-    def one(tokens, params, cap, start, sample, rid=None, top_k=None):
+    def one(tokens, params, cap, start, sample, rid=None, top_k=None, thinking=False):
         top_k = top_k or {}
         with lock:
             hit = cache.hit(tokens, cap)
@@ -301,10 +319,18 @@ def _serve(kind: str, pool: int, snapshots: str, ready) -> None:
         text = None if kind == "no-grammar" else _grammar_text(params, _h(digest, seed, sample, salt, "grammar"))
         if kind == "no-grammar" and any(params.get(g) for g in ("regex", "json_schema", "ebnf")):
             out = [_char_id("free text, as if no grammar were sent. "[i % 39]) for i in range(steps)]
+        # a grammar behind the request's own reasoning: free characters, unmasked, until they close the think tag
+        # (never, on ``no-think-end``), then the grammar's text
+        lead = _thought(_h(digest, seed, sample, salt, "think")) if text is not None and thinking else ""
+        if lead and kind == "no-think-end":
+            out, text = [_char_id(lead[i % len(lead)]) for i in range(steps)], None
+        elif lead:
+            lead += THINK_END
         if text is not None and params.get("ignore_eos"):  # the grammar's characters to the end, never EOS
-            out = [_char_id(text[i % len(text)]) for i in range(steps)]
+            out = [_char_id(c) for c in lead] + [_char_id(text[i % len(text)]) for i in range(steps)]
+            out = out[:steps]
         elif text is not None:  # a grammar's text, then EOS (its matcher accepts nothing else once complete)
-            out = [_char_id(c) for c in text] + [EOS]
+            out = [_char_id(c) for c in lead + text] + [EOS]
             if len(out) <= steps and finish["type"] != "abort":
                 finish = {"type": "stop", "matched": EOS}
             out = out[:steps]
@@ -532,10 +558,10 @@ def test_a_servers_n_is_read_as_set_or_as_its_scheduler_resolved_it():
     assert suite.running_limit({**stock, "max_running_requests": 256}) == 256
 
 
-#: Scenarios a to r but j (which needs two --corun arms of one MoE model): what each sends, in which order, and how
-#: it judges, run whole on a stand-in.
+#: Scenarios a to t but j (which needs two --corun arms of one MoE model) and s (``test_scenario_s_*``): what each
+#: sends, in which order, and how it judges, run whole on a stand-in.
 SCENARIOS = sorted([(suite, n) for n in dir(suite) if n[:7] in {f"test_{c}_" for c in "abcdefghiklm"}]
-                   + [(surface, n) for n in dir(surface) if n[:7] in {f"test_{c}_" for c in "nopqr"}],
+                   + [(surface, n) for n in dir(surface) if n[:7] in {f"test_{c}_" for c in "nopqrt"}],
                    key=lambda found: found[1])
 
 
@@ -649,6 +675,33 @@ def test_scenario_q_parses_each_needles_text_and_fails_a_server_blind_to_grammar
     assert by["corun"]["cut_references"] == 0  # the stand-in's grammar texts end within their 128 tokens
     with pytest.raises(AssertionError, match="json: .*(no prefix its grammar accepts|does not satisfy its grammar)"):
         surface.test_q_grammars_among_co_runners_with_other_grammars(standins({"corun": "no-grammar"}))
+
+
+def test_scenario_t_finds_each_switch_and_parses_what_follows_it(standins, tmp_path):
+    """Scenario t on stand-ins that think, close the think tag and then follow the grammar: every thinking needle
+    crosses and its text after the tag parses, and default SGLang's batch-variant stand-in diverges."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "checkpoint"))
+    assert surface._think_end(tokenizer) == [_char_id(c) for c in "</think>"]  # "<", "/", ">": printable ASCII
+    assert tokenizer.decode(surface._think_end(tokenizer)) == "</think>"
+    assert surface._crossed_at([5, 1, 2, 3, 1, 2, 3], [1, 2, 3]) == 4 and surface._crossed_at([1, 2], [1, 2, 3]) is None
+    surface.test_t_grammars_through_the_reasoning_wrapper_among_co_runners(
+        standins({"corun": "none", "default": "batch"}))
+    by = {r["arm"]: r for r in _rows(tmp_path, "suite.jsonl")}
+    assert by["corun"]["divergent"] == 0 and by["default"]["divergent"] > 0
+    # the four thinking needles' references each crossed
+    assert by["corun"]["crossed"] == 4 and by["corun"]["still_thinking"] == 0 and by["corun"]["cut_references"] == 0
+
+
+@pytest.mark.parametrize("kind, found", [
+    ("no-think-end", ["no require_reasoning reference crossed into its grammar (4 still thinking)"]),
+    ("no-grammar", ["no require_reasoning reference crossed", "ebnf: cut at 128 tokens"]),
+])
+def test_scenario_t_fails_a_server_whose_thinking_needles_never_reach_their_grammar(standins, kind, found):
+    with pytest.raises(AssertionError) as failed:
+        surface.test_t_grammars_through_the_reasoning_wrapper_among_co_runners(standins({"corun": kind}))
+    assert all(f in str(failed.value) for f in found), str(failed.value)[:2000]
 
 
 def test_scenario_c_at_scale_in_a_chunk_of_its_own_adds_to_the_suites_count(standins, tmp_path, monkeypatch):

@@ -22,6 +22,8 @@ SGLang's HTTP server answers with a 400):
 - a verified or free parameter of the wrong type is refused before SGLang reads it;
 - a sampling parameter the table does not know is refused (SGLang would raise a ``TypeError``);
 - a refused parameter is served only where ``measured`` names it and it has a ``measure`` chunk;
+- a verified parameter a ``Condition`` names is refused on a server whose option that condition names is set,
+  unless ``measured`` names the condition;
 - a served parameter that SGLang reads the scheduler's tokenizer for (``NEEDS_TOKENIZER``) is refused on a
   server without one, where it would crash the scheduler for every co-runner.
 """
@@ -237,11 +239,43 @@ PARAMETERS: tuple[Param, ...] = (
     _rq("extra_key", FREE, "a radix-cache namespace; the radix cache is off under --corun", openai="cache_salt"),
     _rq("routing_key", FREE, f"orders waiting requests only; order changes nothing under --corun ({_SUITE} c)"),
     _rq("routed_dp_rank", FREE, "picks a data-parallel rank; --corun serves one (SGLang refuses any rank but 0)"),
-    _rq("require_reasoning", FREE, "read only by the request's own grammar, which on a server with a "
-        "--reasoning-parser applies its mask after the request's own reasoning ends"),
+    _rq("require_reasoning", FREE, "read only by the request's own grammar (on a server with a "
+        "--reasoning-parser, where grammars wait on a GPU run: CONDITIONS) and SGLang's count of the request's "
+        "own reasoning tokens"),
 )
 
 TABLE: dict[tuple[str, str], Param] = {(p.where, p.name): p for p in PARAMETERS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    """A server option that moves verified sampling parameters onto a path no GPU run has compared among
+    co-runners: on a server with ``option`` set they are refused, and served only where ``measured`` names
+    ``name`` (the queue chunk ``measure`` runs them there)."""
+
+    name: str  # as ``MEASURE_OPTION`` names it
+    option: str  # the ServerArgs field
+    params: tuple[str, ...]  # sampling parameters
+    note: str
+    fix: str
+    measure: str
+
+    def flag(self) -> str:
+        return "--" + self.option.replace("_", "-")
+
+    def refusal(self, param: Param) -> str:
+        return f"{param.label()}: not verified under --corun on a server with {self.flag()} ({self.note}). Fix: {self.fix}"
+
+
+GRAMMAR_PARAMS = ("json_schema", "regex", "ebnf", "structural_tag")
+
+CONDITIONS: tuple[Condition, ...] = (
+    Condition("grammar_under_reasoning", "reasoning_parser", GRAMMAR_PARAMS,
+              "SGLang runs each grammar inside its reasoning wrapper: no mask while the request's own reasoning "
+              "runs (require_reasoning), its grammar once the request's own tokens end it; not yet run among "
+              "co-runners on a GPU (queue chunk suite-smollm2-reasoning-grammar)",
+              "send it to a server without --reasoning-parser, or drop it", "suite-smollm2-reasoning-grammar"),
+)
 
 
 class RequestRefused(ValueError):
@@ -317,10 +351,15 @@ def _refused(param: Param, measured: frozenset) -> bool:
     return param.status == REFUSED and not (param.measure and param.name in measured)
 
 
+def measurable_names() -> frozenset:
+    """What ``MEASURE_OPTION`` may name: each refused parameter with a ``measure`` chunk, and each condition."""
+    return frozenset({p.name for p in PARAMETERS if p.measure} | {c.name for c in CONDITIONS})
+
+
 def measured_names(value: str | None) -> frozenset:
     """The parameters a ``MEASURE_OPTION`` value names; ``ValueError`` for a name no queue chunk measures."""
     names = frozenset(n.strip() for n in (value or "").split(",") if n.strip())
-    measurable = {p.name for p in PARAMETERS if p.measure}
+    measurable = measurable_names()
     unknown = sorted(names - measurable)
     if unknown:
         served = sorted(n for n in unknown if any(p.name == n and p.status != REFUSED for p in PARAMETERS))
@@ -331,8 +370,10 @@ def measured_names(value: str | None) -> frozenset:
 
 
 def _sampling_problems(params: Mapping[str, Any], preferred: Mapping[str, Any], measured: frozenset,
-                       has_tokenizer: bool) -> list[str]:
+                       has_tokenizer: bool, options: Mapping[str, Any]) -> list[str]:
     from_server = {k: v for k, v in preferred.items() if k not in params}
+    unmeasured = {name: c for c in CONDITIONS if options.get(c.option) and c.name not in measured
+                  for name in c.params}
     found = []
     for name, value in {**from_server, **params}.items():
         param = TABLE.get(("sampling_params", name))
@@ -353,6 +394,8 @@ def _sampling_problems(params: Mapping[str, Any], preferred: Mapping[str, Any], 
         elif name in NEEDS_TOKENIZER and not has_tokenizer and not is_default(value, SAMPLING_DEFAULTS.get(name)):
             found.append(f"{param.label()}: needs the server's tokenizer ({NEEDS_TOKENIZER[name]}), and this server "
                          "runs with --skip-tokenizer-init. Fix: drop it, or serve with the tokenizer")
+        elif name in unmeasured and not is_default(value, SAMPLING_DEFAULTS.get(name)):
+            found.append(unmeasured[name].refusal(param))
     return found
 
 
@@ -378,25 +421,26 @@ def _request_problems(request: Mapping[str, Any], prompt_len: int | None, measur
 
 def problems(request: Mapping[str, Any], sampling_params: Any, prompt_len: int | None = None,
              preferred: Mapping[str, Any] | None = None, measured: frozenset = frozenset(),
-             has_tokenizer: bool = True) -> list[str]:
+             has_tokenizer: bool = True, options: Mapping[str, Any] | None = None) -> list[str]:
     """What keeps one request (a single, normalized ``GenerateReqInput``'s fields and its sampling
     parameters) from being served under ``--corun``; ``prompt_len``: its prompt's token count;
     ``preferred``: the server's ``--preferred-sampling-params``, which SGLang merges under them;
-    ``measured``: the refused parameters a GPU queue chunk measures on this server (``measured_names``);
-    ``has_tokenizer``: whether the server loaded its tokenizer (not ``--skip-tokenizer-init``)."""
+    ``measured``: the refused parameters and conditions a GPU queue chunk measures on this server
+    (``measured_names``); ``has_tokenizer``: whether the server loaded its tokenizer (not
+    ``--skip-tokenizer-init``); ``options``: the server's values of the options ``CONDITIONS`` name."""
     if sampling_params is None:
         sampling_params = {}
     if not isinstance(sampling_params, Mapping):
         return [f"sampling_params: {_shown(sampling_params)} is not an object. Fix: send a JSON object"]
-    return (_sampling_problems(sampling_params, preferred or {}, measured, has_tokenizer)
+    return (_sampling_problems(sampling_params, preferred or {}, measured, has_tokenizer, options or {})
             + _request_problems(request, prompt_len, measured))
 
 
 def check(request: Mapping[str, Any], sampling_params: Any, prompt_len: int | None = None,
           preferred: Mapping[str, Any] | None = None, measured: frozenset = frozenset(),
-          has_tokenizer: bool = True) -> None:
+          has_tokenizer: bool = True, options: Mapping[str, Any] | None = None) -> None:
     """``problems()``, raised as one ``RequestRefused`` when there are any."""
-    found = problems(request, sampling_params, prompt_len, preferred, measured, has_tokenizer)
+    found = problems(request, sampling_params, prompt_len, preferred, measured, has_tokenizer, options)
     if found:
         raise RequestRefused(found)
 
@@ -411,6 +455,15 @@ REQUEST_DEFAULTS: dict[str, Any] = {"top_logprobs_num": 0, "routed_experts_start
 
 
 # ----------------------------------------------------------------- docs/requests.md
+
+
+def conditions_table() -> str:
+    """The table of ``CONDITIONS`` as ``docs/requests.md`` shows it."""
+    rows = ["| server option | refuses | why | fix | measured by |", "| --- | --- | --- | --- | --- |"]
+    for c in CONDITIONS:
+        rows.append(f"| `{c.flag()}` | {', '.join(f'`{n}`' for n in c.params)} | {c.note} | {c.fix} | "
+                    f"`{MEASURE_OPTION} {c.name}` ({c.measure}) |")
+    return "\n".join(rows) + "\n"
 
 
 def markdown_table() -> str:

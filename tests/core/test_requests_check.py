@@ -222,6 +222,46 @@ def test_each_measured_parameter_is_measured_by_the_queue_chunks_it_names():
             assert p.name in requests_check.measured_names(given[1]), (p.name, chunk)
 
 
+def test_each_condition_is_measured_by_the_queue_chunk_it_names():
+    import shlex
+    import tomllib
+
+    queue = tomllib.loads((DOC.parent.parent / "scripts" / "gpu_queue.toml").read_text())
+    commands = {c["id"]: c["command"] for c in queue["chunk"]}
+    for c in requests_check.CONDITIONS:
+        assert c.measure in commands, f"{c.name}: no queue chunk {c.measure}"
+        words = shlex.split(commands[c.measure])
+        env = dict(w.split("=", 1) for w in words if w.startswith("CORUN_") and "=" in w)
+        given = shlex.split(env.get("CORUN_SUITE_CORUN_ARGS", ""))
+        assert given[:1] == [requests_check.MEASURE_OPTION] and c.name in requests_check.measured_names(given[1])
+        assert c.flag() in shlex.split(env.get("CORUN_SUITE_SERVER_ARGS", "")), (
+            f"{c.measure}: its servers run without {c.flag()}, so {c.name} would go unmeasured")
+        assert set(c.params) <= {p.name for p in requests_check.PARAMETERS if p.status == VERIFIED}
+
+
+@pytest.mark.parametrize("name,value", [
+    ("json_schema", '{"type": "object"}'), ("regex", "[a-z]+"), ("ebnf", 'root ::= "yes"'),
+    ("structural_tag", '{"format": {"type": "const_string", "value": "x"}}')])
+def test_a_grammar_waits_on_its_measure_on_a_server_with_a_reasoning_parser(name, value):
+    reasoning = {"reasoning_parser": "qwen3"}
+    requests_check.check({}, {name: value})  # verified without a reasoning parser
+    requests_check.check({}, {name: value}, options={"reasoning_parser": None})
+    requests_check.check({}, {name: None}, options=reasoning)  # unset: nothing to refuse
+    with pytest.raises(RequestRefused, match=f"^{name}.*on a server with --reasoning-parser") as err:
+        requests_check.check({}, {name: value}, options=reasoning)
+    assert "Fix: send it to a server without --reasoning-parser" in str(err.value)
+    requests_check.check({}, {name: value}, options=reasoning, measured=frozenset({"grammar_under_reasoning"}))
+    with pytest.raises(RequestRefused, match=f"^{name}.*not accepted"):  # still type-checked where measured
+        requests_check.check({}, {name: 7}, options=reasoning, measured=frozenset({"grammar_under_reasoning"}))
+
+
+def test_a_condition_is_measurable_by_name_and_nothing_else_is_added():
+    assert requests_check.measured_names("grammar_under_reasoning") == {"grammar_under_reasoning"}
+    assert {c.name for c in requests_check.CONDITIONS} <= requests_check.measurable_names()
+    with pytest.raises(ValueError, match=requests_check.MEASURE_OPTION):
+        requests_check.measured_names("grammar_under_reasoning,reasoning_parser")
+
+
 def test_min_new_tokens_needs_the_servers_tokenizer():
     requests_check.check({}, {"min_new_tokens": 4})
     requests_check.check({}, {"min_new_tokens": 0}, has_tokenizer=False)
@@ -322,6 +362,11 @@ def test_the_corpus_is_well_formed_json_cases():
 def test_the_document_holds_the_generated_table():
     assert requests_check.markdown_table() in DOC.read_text(), (
         "docs/requests.md is out of date: paste requests_check.markdown_table() into it")
+
+
+def test_the_document_holds_the_generated_conditions():
+    assert requests_check.conditions_table() in DOC.read_text(), (
+        "docs/requests.md is out of date: paste requests_check.conditions_table() into it")
 
 
 def test_the_table_lists_every_row_once():

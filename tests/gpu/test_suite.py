@@ -4,7 +4,7 @@ Arms (``ARMS``; ``CORUN_SUITE_ARMS`` picks them, default ``default,deterministic
 
 - ``default``: SGLang as shipped, with ``--disable-radix-cache`` and every request greedy (it ignores
   ``sampling_seed``): the negative control, whose divergences can then only come from the batch. It
-  must diverge in scenarios a, b, d, i (and n-r of ``test_suite_surface.py``);
+  must diverge in scenarios a, b, d, i (and n-r and t of ``test_suite_surface.py``);
 - ``deterministic``: SGLang's ``--enable-deterministic-inference``, seeded as sent: reported only;
 - ``corun`` and its served configurations: ``corun`` itself (calibrated when ``CORUN_CALIBRATE=auto``,
   as ``scripts/determinism_suite.sh`` runs it; plain N otherwise), ``corun-nocal`` (plain N), ``corun-n64`` (N = 64), ``corun-tiers`` (a decode tiers
@@ -115,8 +115,8 @@ TEXT = os.environ.get("CORUN_SUITE_TEXT") == "1"
 CORUN_ARGS = os.environ.get("CORUN_SUITE_CORUN_ARGS", "").split()
 SERVER_ARGS = os.environ.get("CORUN_SUITE_SERVER_ARGS", "--attention-backend flashinfer").split() + [
     "--chunked-prefill-size", "2048", "--tp-size", str(TP), "--load-snapshot-publish-interval", "1"]
-#: the negative controls: each control arm and the scenarios it must diverge in (n-r: ``test_suite_surface.py``)
-MUST_DIVERGE = {"default": {"a", "b", "d", "i", "n", "o", "p", "q", "r"}, "default-radix": {"s"}}
+#: the negative controls: each control arm and the scenarios it must diverge in (n-r and t: ``test_suite_surface.py``)
+MUST_DIVERGE = {"default": {"a", "b", "d", "i", "n", "o", "p", "q", "r", "t"}, "default-radix": {"s"}}
 REPORTED_ONLY = {"deterministic"}
 #: arms that serve a prefix cache (scenario s runs on these alone)
 CACHED = {"corun-prefix", "default-radix"}

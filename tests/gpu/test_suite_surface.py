@@ -1,6 +1,6 @@
-"""Determinism suite, scenarios n-r: the OpenAI surface eval and RL clients use, each a per-request transform of
-its own logits row, alone vs among co-runners that use the same feature with other values and co-runners that do
-not.
+"""Determinism suite, scenarios n-r and t (s, the prefix cache, is ``test_suite``'s): the OpenAI surface eval and RL
+clients use, each a per-request transform of its own logits row, alone vs among co-runners that use the same
+feature with other values and co-runners that do not.
 
 - n: top-k logprobs (values and the order of ties: a regex needle's masked vocabulary ties at one clamped value),
   prompt top-k logprobs and ``token_ids_logprob``. Stock SGLang 0.5.17 dies on a batch that mixes
@@ -11,14 +11,20 @@ not.
 - q: grammars through xgrammar: a JSON schema, a regex, an EBNF grammar;
 - r: the official ``openai`` client on ``/v1/completions`` (``logprobs: 5`` with ``echo``) and
   ``/v1/chat/completions`` (``top_logprobs``, ``response_format`` with a JSON schema, ``tools`` with a forced
-  ``tool_choice``).
+  ``tool_choice``);
+- t: grammars through SGLang's reasoning wrapper, on servers started with ``--reasoning-parser qwen3``: needles
+  with ``require_reasoning`` think unmasked until their own tokens complete the think-end sequence (boosted by
+  ``logit_bias``), then follow a JSON schema, a regex or an EBNF grammar; another needle's grammar applies from its
+  first token through the wrapper; among co-runners with grammars behind reasoning, grammars alone and none.
 
 Each scenario reuses ``test_suite``'s arms, evidence and verdicts (the default arm, decoding greedily, must
 diverge); each also proves the feature acted (``_applied``): a penalized, biased or constrained needle differs
 from its plain twin, a banned token never appears, a grammar's output parses (cut by its length: is a prefix
-the grammar accepts). Servers serve text (``CORUN_SUITE_TEXT=1``); the chunks add ``--tool-call-parser qwen25``
-(a forced tool call then becomes a structural tag) and name the refused parameters they measure (top-k logprobs,
-``token_ids_logprob``) in ``--corun-measure`` (``CORUN_SUITE_CORUN_ARGS``).
+the grammar accepts; under reasoning, the text after the switch). Servers serve text (``CORUN_SUITE_TEXT=1``); the
+chunks of n-r add ``--tool-call-parser qwen25`` (a forced tool call then becomes a structural tag), t's chunk
+``--reasoning-parser qwen3``, and each names what it measures that ``--corun`` refuses elsewhere (top-k logprobs,
+``token_ids_logprob``; ``grammar_under_reasoning``: grammars on a server with a reasoning parser) in
+``--corun-measure`` (``CORUN_SUITE_CORUN_ARGS``).
 """
 
 import dataclasses
@@ -34,6 +40,7 @@ import httpx
 import pytest
 
 from corun_sglang.core.compare import Generation, first_divergence
+from corun_sglang.probes import generate
 from corun_sglang.tools import evidence
 
 import harness
@@ -394,3 +401,126 @@ def test_r_openai_client_requests_alone_and_among_concurrent_clients(arms):
         return out
 
     _across_arms(arms, "r", plan)
+
+
+# ------------------------------------------------------------------ t: grammars through the reasoning wrapper
+
+#: the boost a thinking needle gives each token of the think-end sequence (``logit_bias``, added before the
+#: temperature divides): e^4, about 55 times the odds. After its primer (``_thinking_prompt``) SmolLM2-135M closes
+#: the tag at a step its own sampling picks, greedy too (on the CPU, from the same weights: after 4 to 15 tokens,
+#: every needle). More is worse: at +6 the boosted ">" takes over and some needles never close the tag, and without
+#: a primer no boost up to +8 does it ("</" is followed by ">", "think" staying near e^-13). Once the request has
+#: switched, its grammar's mask, applied before the bias, keeps a boosted token out wherever the grammar disallows
+#: it.
+THINK_BIAS = 4.0
+
+
+def _think_end(tokenizer) -> list[int]:
+    """The think-end sequence SGLang's reasoning wrapper matches in a request's own output (``--reasoning-parser
+    qwen3``: ``"</think>"`` as the checkpoint's tokenizer encodes it, possibly several tokens)."""
+    return tokenizer.encode("</think>", add_special_tokens=False)
+
+
+def _crossed_at(tokens, end: list[int]) -> int | None:
+    """Where ``end`` first completes in ``tokens`` (the index after its last token), else None: where the
+    reasoning wrapper switches a ``require_reasoning`` request to its grammar."""
+    n = len(end)
+    return next((i + n for i in range(len(tokens) - n + 1) if list(tokens[i:i + n]) == end), None)
+
+
+def _thinking_prompt(arms, tokenizer, grammar: str, seed: int) -> list[int]:
+    """A needle's prompt: random tokens, then three examples of ``<think>words</think>answer`` (answers of the
+    needle's grammar) and an open ``<think>``, so that the model reasons a few words and closes the tag itself."""
+    rnd = random.Random(seed)
+    (noise,) = arms.prompts(1, 100, 400, seed)
+    words = generate.WORDS
+
+    def answer() -> str:
+        if grammar == "json":
+            return json.dumps({"name": rnd.choice(words), "age": rnd.randint(1, 90),
+                               "tags": rnd.sample(words, rnd.randint(0, 3))})
+        if grammar == "regex":
+            return " ".join(rnd.choice(("red", "green", "blue")) for _ in range(rnd.randint(4, 13))) + "."
+        return "(" + ",".join(str(rnd.randint(1, 99)) for _ in range(rnd.randint(3, 4))) + ")"
+
+    shots = "".join(f"<think>{' '.join(rnd.choice(words) for _ in range(rnd.randint(4, 12)))}</think>{answer()}\n"
+                    for _ in range(3))
+    return noise + tokenizer.encode(shots + "<think>", add_special_tokens=False)
+
+
+def _reasoning_kinds(bias: dict) -> list[dict]:
+    """Co-runners' kinds: q's grammars (applied from the first token through the wrapper), the same grammars
+    behind the request's own reasoning (``require_reasoning``, the think-end boosted), reasoning without a grammar,
+    and neither."""
+    thinking = {"request": {"require_reasoning": True}, "logit_bias": bias}
+    return GRAMMAR_KINDS + [{**g, **thinking} for g in GRAMMAR_KINDS[2:]] + [thinking]
+
+
+def test_t_grammars_through_the_reasoning_wrapper_among_co_runners(arms):
+    """Run under ``--reasoning-parser qwen3``, where SGLang wraps each grammar in its reasoning wrapper: a
+    ``require_reasoning`` request is unmasked until its own tokens complete the think-end sequence, then its
+    grammar applies; any other gets its grammar from the first token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(arms.checkpoint))
+    accepts = _grammar_prefix(tokenizer)
+    end = _think_end(tokenizer)
+    bias = {str(t): THINK_BIAS for t in end}
+    person = json.dumps(PERSON)
+
+    def needle(key, grammar, prompt_seed, temperature, seed, thinking, **params):
+        prompt = (_thinking_prompt(arms, tokenizer, grammar, prompt_seed) if thinking
+                  else arms.prompts(1, 100, 400, prompt_seed)[0])
+        item = Item(key, "", "compared", harness.request(prompt, 128, temperature, seed, ignore_eos=False,
+                                                         logit_bias=bias, **params))
+        return _with(item, require_reasoning=thinking)
+
+    needles = [
+        needle("json-think", "json", 210, 0.7, 211, True, json_schema=person),
+        needle("regex-think", "regex", 212, 0.7, 213, True, regex=COLORS),
+        needle("ebnf", "ebnf", 214, 0.7, 215, False, ebnf=TUPLE_EBNF),  # the wrapper's grammar from token one
+        needle("json-greedy-think", "json", 216, 0.0, 217, True, json_schema=person),
+        needle("ebnf-think", "ebnf", 218, 1.0, 219, True, ebnf=TUPLE_EBNF),
+    ]
+    grammar = {"json-think": "json", "regex-think": "regex", "ebnf": "ebnf", "json-greedy-think": "json-greedy",
+               "ebnf-think": "ebnf"}
+    valid = {"json": _person, "json-greedy": _person, "regex": lambda t: re.fullmatch(COLORS, t) is not None,
+             "ebnf": lambda t: TUPLE.fullmatch(t) is not None}
+    kinds = _reasoning_kinds(bias)
+    crowds = {f"with{n}": _mixed(_fillers(arms, n, 220 + n, 96), kinds, 220 + n) for n in (31, 127, 255)}
+    thinking = {n.key for n in needles if n.body["require_reasoning"]}
+
+    def parses(arm, sents, row):
+        """Each reference's text after its switch (a ``require_reasoning`` one's think-end sequence, else its first
+        token): a finished one satisfies its grammar; one cut at 128 tokens is a prefix its grammar accepts. A
+        ``require_reasoning`` reference that never completed the sequence is counted (``still_thinking``); at least
+        one must have crossed (``crossed``), else the switch went untested."""
+        problems, cut, crossed, still = [], 0, 0, 0
+        for s in sents:
+            if s.role != "reference" or s.generation is None:
+                continue
+            tokens = list(s.generation.tokens)
+            start = _crossed_at(tokens, end) if s.key in thinking else 0
+            if start is None:
+                still += 1
+                continue
+            crossed += s.key in thinking
+            text = tokenizer.decode(tokens[start:], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            if s.generation.finish != "stop":
+                cut += 1
+                if not accepts(grammar[s.key], text):
+                    problems.append(f"{s.key}: cut at 128 tokens, {text[:60]!r} is no prefix its grammar accepts")
+                continue
+            try:
+                ok = valid[grammar[s.key]](text)
+            except ValueError:
+                ok = False
+            if not ok:
+                problems.append(f"{s.key}: {text[:80]!r} does not satisfy its grammar")
+        row.update(cut_references=cut, crossed=crossed, still_thinking=still)
+        if not crossed:
+            problems.append(f"no require_reasoning reference crossed into its grammar ({still} still thinking): "
+                            "the reasoning wrapper's switch went untested")
+        return problems + _no_token_allowed(sents)
+
+    _across_arms(arms, "t", _alone_then_among(needles, crowds), check=parses)

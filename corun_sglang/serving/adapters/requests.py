@@ -2,8 +2,9 @@
 before SGLang validates it and before anything reaches the scheduler; a refusal is a ``ValueError``, which
 SGLang's HTTP server answers with a 400.
 
-The refused parameters a GPU queue chunk measures are served only by a server started with
-``--corun-measure`` naming them (``CorunConfig.measured``: the chunk's servers).
+The refused parameters a GPU queue chunk measures, and the verified ones a server option moves onto an
+unmeasured path (``requests_check.CONDITIONS``), are served only by a server started with ``--corun-measure``
+naming them (``CorunConfig.measured``: the chunk's servers).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def check_request(original, self, obj, input_ids, *args, **kwargs):
             _fields(obj), obj.sampling_params, None if input_ids is None else len(input_ids),
             preferred=getattr(self, "preferred_sampling_params", None), measured=measured(),
             has_tokenizer=not self.server_args.skip_tokenizer_init,
+            options={c.option: getattr(self.server_args, c.option, None) for c in requests_check.CONDITIONS},
         )
     return original(self, obj, input_ids, *args, **kwargs)
 

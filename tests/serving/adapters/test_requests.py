@@ -52,6 +52,27 @@ def test_each_corpus_request_is_served_or_refused_by_name_before_the_scheduler(t
     assert not tm.sent and not tm.rid_to_state  # nothing reached the scheduler, nothing left behind
 
 
+def test_a_grammar_on_a_server_with_a_reasoning_parser_waits_on_its_measure(tokenizer_manager):
+    """SGLang wraps grammars in its reasoning wrapper under ``--reasoning-parser``: a path no GPU run compared yet,
+    so such a server refuses grammars (only) until ``--corun-measure grammar_under_reasoning``."""
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    def request(**params):
+        return GenerateReqInput(input_ids=[5, 6, 7], sampling_params={"max_new_tokens": 4, **params},
+                                require_reasoning=True)
+
+    tm = tokenizer_manager(reasoning_parser="qwen3")
+    with pytest.raises(ValueError, match="^regex: not verified under --corun on a server with --reasoning-parser"):
+        _generate(tm, request(regex="[a-z]+"))
+    assert not tm.sent and not tm.rid_to_state
+    _generate(tm, request())  # no grammar: served
+    assert len(tm.sent) == 1
+    for options in ({"reasoning_parser": "qwen3", "corun_measure": "grammar_under_reasoning"}, {}):
+        tm = tokenizer_manager(**options)
+        _generate(tm, request(regex="[a-z]+"))
+        assert tm.sent[0].sampling_params.regex == "[a-z]+"
+
+
 def test_without_corun_the_check_passes_everything_through(tokenizer_manager):
     from sglang.srt.managers.io_struct import GenerateReqInput
 
