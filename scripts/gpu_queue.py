@@ -179,7 +179,8 @@ class Piece:
 
 def plan_calls(files: list[tuple[Path, str, int]], capacity: int, block: int = 1) -> list[list[Piece]]:
     """Packs (file, host folder, size) into the fewest calls of ``capacity`` bytes: largest first, first
-    fit, and a file that fits no open call fills the last one and goes on in a new call (split). Every file
+    fit, and a file that fits no open call fills the last one and goes on in a new call (split); the ``bin``
+    folder is never split (it travels as one folder), so where it fits no open call it opens one. Every file
     or piece costs its size rounded up to ``block``, as a disk holds it."""
     def cost(n: int) -> int:
         return -(-n // block) * block
@@ -191,6 +192,10 @@ def plan_calls(files: list[tuple[Path, str, int]], capacity: int, block: int = 1
         if fit is not None:
             calls[fit].append(Piece(path, dest, 0, size, None))
             room[fit] -= cost(size)
+            continue
+        if dest == "bin":
+            calls.append([Piece(path, dest, 0, size, None)])
+            room.append(capacity - cost(size))
             continue
         offset, index = 0, 0
         while offset < size:

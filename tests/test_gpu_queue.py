@@ -79,6 +79,14 @@ def test_plan_calls_uses_the_fewest_calls_and_splits_only_what_does_not_fit(tmp_
     assert all(p.index is None for k, v in carried.items() if k not in split for p in v)
 
 
+def test_plan_calls_never_splits_the_bin_folder(tmp_path):
+    files = [(tmp_path / "a", "", 40), (tmp_path / "b", "", 40), (tmp_path / "bin", "bin", 20)]
+    calls = queue.plan_calls(files, capacity=50)
+    bins = [p for call in calls for p in call if p.dest == "bin"]
+    assert len(bins) == 1 and bins[0].size == 20 and bins[0].index is None
+    assert all(sum(p.size for p in call) <= 50 for call in calls)
+
+
 def test_pieces_join_back_to_the_same_bytes(tmp_path):
     data = bytes(range(256)) * 1000
     src = tmp_path / "w.whl"
