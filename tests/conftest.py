@@ -139,3 +139,47 @@ def json_server():
     yield start
     for server in started:
         server.shutdown()
+
+
+@pytest.fixture
+def measurable(monkeypatch):
+    """A refused request parameter that a GPU queue chunk measures, whatever rows of ``requests_check`` are
+    measurable now: ``return_entropy``'s row gets a ``measure`` (a queue chunk that exists), a note that says it waits
+    on it, and a type (a bool); returns its name. ``PARAMETERS`` and ``TABLE`` are replaced together, so every
+    reader of the module's tables (the check, ``measured_names``, a server's startup check) sees one table."""
+    import dataclasses
+    from typing import Optional
+
+    from pydantic import StrictBool
+
+    from corun_sglang.core import requests_check
+
+    chunk = "suite-smollm2-surface"
+    row = requests_check.TABLE["request", "return_entropy"]
+    assert row.status == requests_check.REFUSED and not row.measure
+    measured = dataclasses.replace(row, note=f"{row.note}; not yet run among co-runners on a GPU (queue chunk {chunk})",
+                                   accepts=Optional[StrictBool], measure=chunk)
+    parameters = tuple(measured if p is row else p for p in requests_check.PARAMETERS)
+    monkeypatch.setattr(requests_check, "PARAMETERS", parameters)
+    monkeypatch.setattr(requests_check, "TABLE", {(p.where, p.name): p for p in parameters})
+    monkeypatch.setattr(requests_check, "_ADAPTERS", {})  # type checks are cached by name
+    return row.name
+
+
+@pytest.fixture
+def condition(monkeypatch):
+    """A server option that moves verified parameters onto a path no GPU run has compared, whatever
+    ``requests_check.CONDITIONS`` holds now: the grammars on a server with ``--reasoning-parser``, as they were
+    until scenario t verified three of them (measured by t's queue chunk, whose servers run with the parser);
+    returns it.
+    Every reader of ``CONDITIONS`` (the check, ``measured_names``, a server's startup check, the tokenizer's hook)
+    reads it at call time, so each sees this one."""
+    from corun_sglang.core import requests_check
+
+    found = requests_check.Condition(
+        "grammar_under_reasoning", "reasoning_parser", requests_check.GRAMMAR_PARAMS,
+        "SGLang runs each grammar inside its reasoning wrapper; not yet run among co-runners on a GPU (queue chunk "
+        "suite-smollm2-reasoning-grammar)", "send it to a server without --reasoning-parser, or drop it",
+        "suite-smollm2-reasoning-grammar")
+    monkeypatch.setattr(requests_check, "CONDITIONS", (found,))
+    return found

@@ -173,8 +173,10 @@ def _tokenizer(folder: Path) -> None:
 
 def _grammar_text(params: dict, pick: int) -> str | None:
     """A text the request's grammar accepts, drawn by ``pick``; None without a grammar. It knows the grammars
-    scenarios q and t send (``test_suite_surface``) and answers any other with what a permissive one accepts."""
+    scenarios q and t send (``test_suite_surface``; t's structural tag as a tool call) and answers any other with what a permissive one accepts."""
     colors = ("red", "green", "blue")
+    if params.get("structural_tag") == surface.TOOL_TAG:
+        return "<tool>" + json.dumps({"name": f"n{pick % 997}", "age": pick % 121, "tags": [f"t{pick % 7}"]}) + "</tool>"
     if params.get("json_schema"):
         properties = json.loads(params["json_schema"]).get("properties", {})
         if "age" in properties:
@@ -690,12 +692,12 @@ def test_scenario_t_finds_each_switch_and_parses_what_follows_it(standins, tmp_p
         standins({"corun": "none", "default": "batch"}))
     by = {r["arm"]: r for r in _rows(tmp_path, "suite.jsonl")}
     assert by["corun"]["divergent"] == 0 and by["default"]["divergent"] > 0
-    # the four thinking needles' references each crossed
-    assert by["corun"]["crossed"] == 4 and by["corun"]["still_thinking"] == 0 and by["corun"]["cut_references"] == 0
+    # the five thinking needles' references each crossed (the tool call's among them)
+    assert by["corun"]["crossed"] == 5 and by["corun"]["still_thinking"] == 0 and by["corun"]["cut_references"] == 0
 
 
 @pytest.mark.parametrize("kind, found", [
-    ("no-think-end", ["no require_reasoning reference crossed into its grammar (4 still thinking)"]),
+    ("no-think-end", ["no require_reasoning reference crossed into its grammar (5 still thinking)"]),
     ("no-grammar", ["no require_reasoning reference crossed", "ebnf: cut at 128 tokens"]),
 ])
 def test_scenario_t_fails_a_server_whose_thinking_needles_never_reach_their_grammar(standins, kind, found):

@@ -10,9 +10,12 @@ Pure: nothing here imports SGLang. ``PARAMETERS`` classifies every parameter of 
 - ``REFUSED``: no evidence under ``--corun``; a request that sets it away from SGLang's default is refused.
 
 A refused parameter whose mechanism ``--corun`` makes row-local but that no GPU run has compared among
-co-runners yet names the queue chunk that measures it (``Param.measure``). That chunk's servers name it in
+co-runners yet may name the queue chunk that measures it (``Param.measure``). That chunk's servers name it in
 ``--corun-measure``, and only there such a parameter is served (type-checked as a verified one would be);
-such a server says so in its log, its ``/server_info`` and its ``system_fingerprint``.
+such a server says so in its log, its ``/server_info`` and its ``system_fingerprint``. A server option that
+moves verified parameters onto a path no GPU run has compared (``CONDITIONS``) is measured the same way, by
+name. It may be that no row has a ``measure`` and ``CONDITIONS`` is empty: then a server accepts no name in
+``--corun-measure``.
 
 Invariants of ``problems()`` (``check()`` raises them as one ``RequestRefused``, a ``ValueError`` that
 SGLang's HTTP server answers with a 400):
@@ -87,10 +90,6 @@ def _rq(name, status, note, fix="", openai="", accepts=None, measure=""):
 
 
 _DROP = "drop it, or serve this request without --corun"
-#: The queue chunks that compare the OpenAI surface's parameters among co-runners (scripts/gpu_queue.toml).
-_SURFACE = "suite-smollm2-surface"
-_SURFACE_GRAMMAR = "suite-smollm2-surface-grammar"
-_PENDING = f"; not yet run among co-runners on a GPU (queue chunk {_SURFACE})"
 _SURFACE_RUN = "SmolLM2-135M-Instruct on an H100"
 _PENALTY = ("row-local under --corun (a penalizer row counts the request's own earlier outputs, fed at each step's "
             "launch: adapters.penalties); needles with each penalty and all three among co-runners with other "
@@ -107,9 +106,16 @@ _GRAMMARS = ("needles with a JSON schema, a regex and an EBNF grammar among co-r
 _OPENAI_GRAMMARS = ("the openai client's forced tool calls (tools with a forced tool_choice, a structural tag under "
                     "--tool-call-parser) and a JSON-schema response_format, alone vs among 48 concurrent clients "
                     f"and 64 others: 0 of 10 divergent, default SGLang 6 of 10 ({_SUITE} r, {_SURFACE_RUN})")
-_TOPK = ("row-local under --corun: top-k in (value, token id) order, fixed by the request's own row "
-         "(adapters.logprobs); not yet run among co-runners on a GPU (queue chunks "
-         f"{_SURFACE}, {_SURFACE_GRAMMAR})")
+_REASONING_WRAPPER = ("SGLang's reasoning wrapper: no mask while the request's own reasoning runs, require_reasoning, "
+                      "its grammar once its own tokens close the think tag")
+_REASONING_GRAMMARS = (f"behind a reasoning parser ({_REASONING_WRAPPER}), needles among co-runners with grammars "
+                       "behind reasoning, grammars alone and none: 0 of 15 divergent, default SGLang 1 of 15 "
+                       f"({_SUITE} t, {_SURFACE_RUN}, --reasoning-parser qwen3)")
+_TOPK_EVIDENCE = ("needles asking 1 to 20 top-k logprobs per position (prompt top-k among them, chosen "
+                  "token_ids_logprob, a regex needle whose disallowed tokens tie at -inf) among co-runners asking "
+                  "0 to 64: 0 of 8 divergent, default SGLang 7 of 8, overlap proven (67 running >= 8) "
+                  f"({_SUITE} n, {_SURFACE_RUN})")
+_FLAT = "flat raw top-k logprobs (a path of their own) were not compared among co-runners"
 _INTERNAL = "an internal field of SGLang's SamplingParams that SGLang sets itself"
 _MM = "multimodal inputs run an encoder and embed into the prompt, a path the suite did not run"
 _PD = "PD disaggregation is refused at startup under --corun"
@@ -149,12 +155,12 @@ PARAMETERS: tuple[Param, ...] = (
         accepts=Optional[Annotated[StrictInt, Field(ge=0)]]),
     _sp("logit_bias", VERIFIED, "row-local (the request's own bias row is added to its own logits); " + _MIN_BIAS,
         accepts=Optional[dict[Annotated[StrictStr, Field(pattern=r"^[0-9]+$")], _Finite]]),
-    _sp("json_schema", VERIFIED, f"{_GRAMMAR}; {_GRAMMARS}; {_OPENAI_GRAMMARS}", openai="response_format / tools",
-        accepts=Optional[StrictStr]),
-    _sp("regex", VERIFIED, f"{_GRAMMAR}; {_GRAMMARS}", accepts=Optional[StrictStr]),
-    _sp("ebnf", VERIFIED, f"{_GRAMMAR}; {_GRAMMARS}", accepts=Optional[StrictStr]),
-    _sp("structural_tag", VERIFIED, f"{_GRAMMAR}; {_OPENAI_GRAMMARS}", openai="response_format / tools",
-        accepts=Optional[StrictStr]),
+    _sp("json_schema", VERIFIED, f"{_GRAMMAR}; {_GRAMMARS}; {_OPENAI_GRAMMARS}; {_REASONING_GRAMMARS}",
+        openai="response_format / tools", accepts=Optional[StrictStr]),
+    _sp("regex", VERIFIED, f"{_GRAMMAR}; {_GRAMMARS}; {_REASONING_GRAMMARS}", accepts=Optional[StrictStr]),
+    _sp("ebnf", VERIFIED, f"{_GRAMMAR}; {_GRAMMARS}; {_REASONING_GRAMMARS}", accepts=Optional[StrictStr]),
+    _sp("structural_tag", VERIFIED, f"{_GRAMMAR}; {_OPENAI_GRAMMARS}",
+        openai="response_format / tools", accepts=Optional[StrictStr]),
     _sp("custom_params", REFUSED, "it feeds custom logit processors", "drop it"),
     _sp("stop_strs", REFUSED, _INTERNAL, "use stop"),
     _sp("stop_regex_strs", REFUSED, _INTERNAL, "use stop_regex"),
@@ -168,18 +174,15 @@ PARAMETERS: tuple[Param, ...] = (
         "at the pack's fixed shape, and verify-prefill-pack compares every needle's prompt logprobs as bits, "
         "alone and packed (docs/results/prefill_pack.md)", openai="echo with logprobs",
         accepts=Optional[StrictInt]),
-    _rq("top_logprobs_num", REFUSED, _TOPK,
-        "leave it at 0 (OpenAI: logprobs 0 for completions, top_logprobs 0 or unset for chat)",
-        openai="logprobs / top_logprobs",
-        accepts=Optional[Annotated[StrictInt, Field(ge=0, le=TOP_LOGPROBS_MAX)]],
-        measure=f"{_SURFACE}, {_SURFACE_GRAMMAR}"),
-    _rq("token_ids_logprob", REFUSED, "row-local: a gather from the request's own logprob row, and a batch that "
+    _rq("top_logprobs_num", VERIFIED, "row-local under --corun: top-k in (value, token id) order, fixed by the "
+        "request's own row (adapters.logprobs); " + _TOPK_EVIDENCE, openai="logprobs / top_logprobs",
+        accepts=Optional[Annotated[StrictInt, Field(ge=0, le=TOP_LOGPROBS_MAX)]]),
+    _rq("token_ids_logprob", VERIFIED, "row-local: a gather from the request's own logprob row, and a batch that "
         "mixes it with requests without it is served (stock SGLang 0.5.17's scheduler dies on one, sglang#35705; "
-        "adapters.logprobs)" + _PENDING,
-        "drop it", accepts=Optional[list[StrictInt]], measure=_SURFACE),
+        "adapters.logprobs); " + _TOPK_EVIDENCE, accepts=Optional[list[StrictInt]]),
     _rq("return_sampling_mask", REFUSED, "the sampling mask was not compared among co-runners", _DROP),
-    _rq("return_flat_raw_top_logprobs", REFUSED, "top-k logprobs were not compared among co-runners", _DROP),
-    _rq("return_flat_raw_top_logprobs_b64", REFUSED, "top-k logprobs were not compared among co-runners", _DROP),
+    _rq("return_flat_raw_top_logprobs", REFUSED, _FLAT, _DROP),
+    _rq("return_flat_raw_top_logprobs_b64", REFUSED, _FLAT, _DROP),
     _rq("return_entropy", REFUSED, "entropies were not compared among co-runners", _DROP),
     _rq("return_hidden_states", REFUSED, "returning hidden states changes what the forward pass keeps", _DROP),
     _rq("return_routed_experts", REFUSED, "routed-expert capture was not run among co-runners", _DROP),
@@ -239,9 +242,9 @@ PARAMETERS: tuple[Param, ...] = (
     _rq("extra_key", FREE, "a radix-cache namespace; the radix cache is off under --corun", openai="cache_salt"),
     _rq("routing_key", FREE, f"orders waiting requests only; order changes nothing under --corun ({_SUITE} c)"),
     _rq("routed_dp_rank", FREE, "picks a data-parallel rank; --corun serves one (SGLang refuses any rank but 0)"),
-    _rq("require_reasoning", FREE, "read only by the request's own grammar (on a server with a "
-        "--reasoning-parser, where grammars wait on a GPU run: CONDITIONS) and SGLang's count of the request's "
-        "own reasoning tokens"),
+    _rq("require_reasoning", FREE, "read only by the request's own grammar (on a server with a --reasoning-parser, "
+        f"where {_SUITE} t ran it among co-runners) and SGLang's count of the request's own reasoning "
+        "tokens"),
 )
 
 TABLE: dict[tuple[str, str], Param] = {(p.where, p.name): p for p in PARAMETERS}
@@ -264,16 +267,18 @@ class Condition:
         return "--" + self.option.replace("_", "-")
 
     def refusal(self, param: Param) -> str:
-        return f"{param.label()}: not verified under --corun on a server with {self.flag()} ({self.note}). Fix: {self.fix}"
+        return (f"{param.label()}: not verified under --corun on a server with {self.flag()} ({self.note}). "
+                f"Fix: {self.fix}")
 
 
+#: The grammar parameters, each compiled by SGLang's grammar backend: what a condition over grammars names.
 GRAMMAR_PARAMS = ("json_schema", "regex", "ebnf", "structural_tag")
 
 CONDITIONS: tuple[Condition, ...] = (
-    Condition("grammar_under_reasoning", "reasoning_parser", GRAMMAR_PARAMS,
-              "SGLang runs each grammar inside its reasoning wrapper: no mask while the request's own reasoning "
-              "runs (require_reasoning), its grammar once the request's own tokens end it; not yet run among "
-              "co-runners on a GPU (queue chunk suite-smollm2-reasoning-grammar)",
+    Condition("structural_tag_under_reasoning", "reasoning_parser", ("structural_tag",),
+              "SGLang runs it inside its reasoning wrapper, the path scenario t verified for JSON schemas, regexes "
+              "and EBNF grammars; t's structural-tag needle has not run among co-runners on a GPU yet (queue chunk "
+              "suite-smollm2-reasoning-grammar)",
               "send it to a server without --reasoning-parser, or drop it", "suite-smollm2-reasoning-grammar"),
 )
 
@@ -365,7 +370,7 @@ def measured_names(value: str | None) -> frozenset:
         served = sorted(n for n in unknown if any(p.name == n and p.status != REFUSED for p in PARAMETERS))
         because = f" ({', '.join(served)}: {VERIFIED} or {FREE}, served without it)" if served else ""
         raise ValueError(f"{MEASURE_OPTION} names {', '.join(unknown)}, which no GPU queue chunk measures{because}; "
-                         f"measurable: {', '.join(sorted(measurable))}")
+                         f"measurable: {', '.join(sorted(measurable)) or 'none'}")
     return names
 
 
@@ -451,19 +456,23 @@ SAMPLING_DEFAULTS: dict[str, Any] = {
     "min_new_tokens": 0, "custom_params": None, "stop_strs": None, "stop_regex_strs": None, "stop_str_max_len": 0,
     "stop_regex_max_len": 0, "is_normalized": False,
 }
-REQUEST_DEFAULTS: dict[str, Any] = {"top_logprobs_num": 0, "routed_experts_start_len": 0}
+REQUEST_DEFAULTS: dict[str, Any] = {"routed_experts_start_len": 0}
 
 
 # ----------------------------------------------------------------- docs/requests.md
 
 
+#: The conditions' table's one row when there is no condition.
+NO_CONDITION = "| (none) | | | | |"
+
+
 def conditions_table() -> str:
-    """The table of ``CONDITIONS`` as ``docs/requests.md`` shows it."""
+    """The table of ``CONDITIONS`` as ``docs/requests.md`` shows it (``NO_CONDITION`` its one row when empty)."""
     rows = ["| server option | refuses | why | fix | measured by |", "| --- | --- | --- | --- | --- |"]
     for c in CONDITIONS:
         rows.append(f"| `{c.flag()}` | {', '.join(f'`{n}`' for n in c.params)} | {c.note} | {c.fix} | "
                     f"`{MEASURE_OPTION} {c.name}` ({c.measure}) |")
-    return "\n".join(rows) + "\n"
+    return "\n".join(rows if CONDITIONS else rows + [NO_CONDITION]) + "\n"
 
 
 def markdown_table() -> str:
@@ -474,3 +483,40 @@ def markdown_table() -> str:
     for p in sorted(PARAMETERS, key=lambda p: (order[p.status], p.where != "sampling_params")):
         rows.append(f"| `{p.name}` | {p.where} | {p.openai or ''} | {p.status} | {p.note} | {p.fix} |")
     return "\n".join(rows) + "\n"
+
+
+def _replace_table(text: str, table: str) -> str:
+    """``text`` with its table whose header line is ``table``'s replaced by ``table``: the run of lines starting
+    with ``|`` from that header on. ``ValueError`` unless exactly one line is that header."""
+    header = table.splitlines()[0]
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.rstrip("\r\n") == header]
+    if len(starts) != 1:
+        raise ValueError(f"{len(starts)} lines are the header {header!r}; expected one")
+    end = starts[0]
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "".join(lines[:starts[0]]) + table + "".join(lines[end:])
+
+
+def write_tables(path: str) -> bool:
+    """Rewrites, in the file at ``path`` (``docs/requests.md``), the tables ``markdown_table()`` and
+    ``conditions_table()`` generate, in place; the rest of the file is kept byte for byte. Returns whether the
+    file changed."""
+    from pathlib import Path
+
+    file = Path(path)
+    text = file.read_text()
+    new = _replace_table(_replace_table(text, markdown_table()), conditions_table())
+    if new != text:
+        file.write_text(new)
+    return new != text
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m corun_sglang.core.requests_check docs/requests.md")
+    for name in sys.argv[1:]:
+        print(f"{name}: {'rewritten' if write_tables(name) else 'up to date'}")

@@ -40,11 +40,12 @@ def test_every_generate_request_field_of_sglang_is_classified():
 def test_verified_parameters_are_those_the_suite_ran():
     verified = {p.name for p in requests_check.PARAMETERS if p.status == VERIFIED}
     assert verified == {"max_new_tokens", "temperature", "top_p", "top_k", "min_p", "sampling_seed", "ignore_eos",
-                        "n", "return_logprob", "logprob_start_len", "frequency_penalty", "presence_penalty",
-                        "repetition_penalty", "min_new_tokens", "logit_bias", "json_schema", "regex", "ebnf",
-                        "structural_tag"}
-    assert all("docs/results/determinism" in TABLE["sampling_params", n].note
-               for n in verified - {"return_logprob", "logprob_start_len"})
+                        "n", "return_logprob", "logprob_start_len", "top_logprobs_num", "token_ids_logprob",
+                        "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "logit_bias",
+                        "json_schema", "regex", "ebnf", "structural_tag"}
+    notes = {p.name: p.note for p in requests_check.PARAMETERS}
+    assert all("docs/results/determinism" in notes[n] for n in verified - {"logprob_start_len"})
+    assert "docs/results/prefill_pack.md" in notes["logprob_start_len"]
 
 
 def test_refused_defaults_are_sglangs():
@@ -99,7 +100,7 @@ def test_each_refused_request_field_is_refused(name):
 
 
 def test_refused_parameters_at_their_default_pass():
-    requests_check.check({"top_logprobs_num": 0, "return_hidden_states": False, "lora_path": None,
+    requests_check.check({"routed_experts_start_len": 0, "return_hidden_states": False, "lora_path": None,
                           "session_params": {}, "logprob_start_len": -1, "return_logprob": True},
                          {"frequency_penalty": 0, "repetition_penalty": 1.0, "json_schema": "", "logit_bias": {},
                           "min_new_tokens": 0, "custom_params": None})
@@ -162,32 +163,30 @@ def test_verified_and_free_values_pass_through_sglangs_own_classes():
         requests_check.check({f.name: getattr(sub, f.name) for f in dataclasses.fields(sub)}, sub.sampling_params, 3)
 
 
+# ----------------------------------------------------------------- top-k logprobs
+
+
+@pytest.mark.parametrize("fields", [
+    {"top_logprobs_num": 5}, {"top_logprobs_num": requests_check.TOP_LOGPROBS_MAX}, {"top_logprobs_num": 0},
+    {"token_ids_logprob": [3, 7]}, {"top_logprobs_num": 1, "token_ids_logprob": [0]}, {"token_ids_logprob": None},
+])
+def test_top_k_logprobs_and_token_ids_logprob_are_served_without_measuring(fields):
+    requests_check.check({"return_logprob": True, "logprob_start_len": 0, **fields}, {}, prompt_len=8)
+
+
 # ----------------------------------------------------------------- refused parameters a GPU queue chunk measures
 
-MEASURED_VALUES = {
-    "sampling_params": {},
-    "request": {"top_logprobs_num": 5, "token_ids_logprob": [3, 7]},
-}
 
-
-def test_the_measurable_parameters_are_the_openai_surfaces():
-    measurable = {p.name for p in requests_check.PARAMETERS if p.measure}
-    assert measurable == set(MEASURED_VALUES["sampling_params"]) | set(MEASURED_VALUES["request"])
-    assert all(p.status == REFUSED and p.accepts is not None and "not yet run among co-runners" in p.note
-               for p in requests_check.PARAMETERS if p.measure)
-
-
-def test_a_measured_parameter_is_served_only_where_measured():
-    sampling, request = MEASURED_VALUES["sampling_params"], MEASURED_VALUES["request"]
-    names = frozenset(sampling) | frozenset(request)
-    with pytest.raises(RequestRefused):
-        requests_check.check({"return_logprob": True, **request}, sampling)
-    requests_check.check({"return_logprob": True, **request}, sampling, measured=names)
-    for name in names:  # measuring the others leaves this one refused
-        one = ({}, {name: sampling[name]}) if name in sampling else ({"return_logprob": True, name: request[name]}, {})
-        requests_check.check(*one, measured=frozenset({name}))
-        with pytest.raises(RequestRefused, match=f"^{name}"):
-            requests_check.check(*one, measured=names - {name})
+def test_a_measured_parameter_is_served_only_where_measured(measurable):
+    request = {"return_logprob": True, measurable: True}
+    with pytest.raises(RequestRefused, match=f"^{measurable}: not verified under --corun"):
+        requests_check.check(request, {})
+    requests_check.check(request, {}, measured=frozenset({measurable}))
+    with pytest.raises(RequestRefused, match=f"^{measurable}"):  # measuring the others leaves it refused
+        requests_check.check(request, {}, measured=requests_check.measurable_names() - {measurable})
+    requests_check.check({measurable: False}, {})  # at SGLang's default: nothing to refuse
+    with pytest.raises(RequestRefused, match=f"^{measurable}: 1 is not accepted"):  # type-checked where measured
+        requests_check.check({measurable: 1}, {}, measured=frozenset({measurable}))
 
 
 @pytest.mark.parametrize("params,fields,name", [
@@ -198,68 +197,168 @@ def test_a_measured_parameter_is_served_only_where_measured():
     ({"regex": 5}, {}, "regex"), ({"ebnf": ['root ::= "a"']}, {}, "ebnf"),
     ({"structural_tag": {"type": "structural_tag"}}, {}, "structural_tag"),
     ({}, {"top_logprobs_num": requests_check.TOP_LOGPROBS_MAX + 1}, "top_logprobs_num"),
-    ({}, {"top_logprobs_num": 2.0}, "top_logprobs_num"), ({}, {"token_ids_logprob": ["a"]}, "token_ids_logprob"),
+    ({}, {"top_logprobs_num": -1}, "top_logprobs_num"), ({}, {"top_logprobs_num": 2.0}, "top_logprobs_num"),
+    ({}, {"top_logprobs_num": True}, "top_logprobs_num"), ({}, {"token_ids_logprob": ["a"]}, "token_ids_logprob"),
+    ({}, {"token_ids_logprob": [1.0]}, "token_ids_logprob"), ({}, {"token_ids_logprob": 7}, "token_ids_logprob"),
 ])
 def test_a_served_parameter_of_the_wrong_type_is_refused_by_name(params, fields, name):
-    measured = frozenset(MEASURED_VALUES["sampling_params"]) | frozenset(MEASURED_VALUES["request"])
     with pytest.raises(RequestRefused) as err:
-        requests_check.check(fields, params, measured=measured)
+        requests_check.check({"return_logprob": True, **fields}, params)
     assert str(err.value).startswith(name)
 
 
-def test_each_measured_parameter_is_measured_by_the_queue_chunks_it_names():
-    import shlex
+def _queue_commands() -> dict[str, str]:
     import tomllib
 
     queue = tomllib.loads((DOC.parent.parent / "scripts" / "gpu_queue.toml").read_text())
-    commands = {c["id"]: c["command"] for c in queue["chunk"]}
-    for p in requests_check.PARAMETERS:
+    return {c["id"]: c["command"] for c in queue["chunk"]}
+
+
+def _unmeasured(parameters) -> list[str]:
+    """Each row with a ``measure`` that is not a refused, typed row waiting on it, or whose queue chunks' ``--corun``
+    servers do not name it in ``--corun-measure``."""
+    import shlex
+
+    commands, found = _queue_commands(), []
+    for p in parameters:
+        if p.measure and (p.status != REFUSED or p.accepts is None or "not yet run among co-runners" not in p.note):
+            found.append(f"{p.name}: measured, but not a refused, typed row that waits on its measure")
         for chunk in filter(None, (c.strip() for c in p.measure.split(","))):
-            assert chunk in commands, f"{p.name}: no queue chunk {chunk}"
+            if chunk not in commands:
+                found.append(f"{p.name}: no queue chunk {chunk}")
+                continue
             env = [w for w in shlex.split(commands[chunk]) if w.startswith("CORUN_SUITE_CORUN_ARGS=")]
             given = shlex.split(env[0].split("=", 1)[1]) if env else []
-            assert given[:1] == [requests_check.MEASURE_OPTION], (p.name, chunk)
-            assert p.name in requests_check.measured_names(given[1]), (p.name, chunk)
+            named = {n.strip() for n in given[1].split(",")} if given[:1] == [requests_check.MEASURE_OPTION] else set()
+            if p.name not in named:
+                found.append(f"{p.name}: queue chunk {chunk} does not name it in {requests_check.MEASURE_OPTION}")
+    return found
 
 
-def test_each_condition_is_measured_by_the_queue_chunk_it_names():
+def test_each_measured_parameter_is_measured_by_the_queue_chunks_it_names():
+    assert _unmeasured(requests_check.PARAMETERS) == []
+
+
+def test_a_measure_no_queue_chunk_runs_is_caught(measurable):
+    """The check above, on rows it must fail: the fixture's (its chunk's servers do not name it), one naming a chunk
+    that does not exist, and a verified one that still names a measure."""
+    unnamed = f"{measurable}: queue chunk suite-smollm2-surface does not name it in {requests_check.MEASURE_OPTION}"
+    assert _unmeasured(requests_check.PARAMETERS) == [unnamed]
+    row = requests_check.TABLE["request", measurable]
+    rows = [dataclasses.replace(row, measure="no-such-chunk"), dataclasses.replace(row, status=VERIFIED)]
+    assert _unmeasured(rows) == [f"{measurable}: no queue chunk no-such-chunk",
+                                 f"{measurable}: measured, but not a refused, typed row that waits on its measure",
+                                 unnamed]
+
+
+def _unmeasured_conditions(conditions, commands=None) -> list[str]:
+    """Each condition whose queue chunk does not exist, whose ``--corun`` servers do not name it in
+    ``--corun-measure``, whose servers run without its option, or that names a parameter that is not verified."""
     import shlex
-    import tomllib
 
-    queue = tomllib.loads((DOC.parent.parent / "scripts" / "gpu_queue.toml").read_text())
-    commands = {c["id"]: c["command"] for c in queue["chunk"]}
-    for c in requests_check.CONDITIONS:
-        assert c.measure in commands, f"{c.name}: no queue chunk {c.measure}"
+    commands, found = _queue_commands() if commands is None else commands, []
+    verified = {p.name for p in requests_check.PARAMETERS if p.status == VERIFIED}
+    for c in conditions:
+        if not set(c.params) <= verified:
+            found.append(f"{c.name}: names {sorted(set(c.params) - verified)}, not verified")
+        if c.measure not in commands:
+            found.append(f"{c.name}: no queue chunk {c.measure}")
+            continue
         words = shlex.split(commands[c.measure])
         env = dict(w.split("=", 1) for w in words if w.startswith("CORUN_") and "=" in w)
         given = shlex.split(env.get("CORUN_SUITE_CORUN_ARGS", ""))
-        assert given[:1] == [requests_check.MEASURE_OPTION] and c.name in requests_check.measured_names(given[1])
-        assert c.flag() in shlex.split(env.get("CORUN_SUITE_SERVER_ARGS", "")), (
-            f"{c.measure}: its servers run without {c.flag()}, so {c.name} would go unmeasured")
-        assert set(c.params) <= {p.name for p in requests_check.PARAMETERS if p.status == VERIFIED}
+        named = {n.strip() for n in given[1].split(",")} if given[:1] == [requests_check.MEASURE_OPTION] else set()
+        if c.name not in named:
+            found.append(f"{c.name}: queue chunk {c.measure} does not name it in {requests_check.MEASURE_OPTION}")
+        if c.flag() not in shlex.split(env.get("CORUN_SUITE_SERVER_ARGS", "")):
+            found.append(f"{c.name}: queue chunk {c.measure}'s servers run without {c.flag()}")
+    return found
 
 
-@pytest.mark.parametrize("name,value", [
-    ("json_schema", '{"type": "object"}'), ("regex", "[a-z]+"), ("ebnf", 'root ::= "yes"'),
-    ("structural_tag", '{"format": {"type": "const_string", "value": "x"}}')])
-def test_a_grammar_waits_on_its_measure_on_a_server_with_a_reasoning_parser(name, value):
-    reasoning = {"reasoning_parser": "qwen3"}
-    requests_check.check({}, {name: value})  # verified without a reasoning parser
-    requests_check.check({}, {name: value}, options={"reasoning_parser": None})
-    requests_check.check({}, {name: None}, options=reasoning)  # unset: nothing to refuse
-    with pytest.raises(RequestRefused, match=f"^{name}.*on a server with --reasoning-parser") as err:
-        requests_check.check({}, {name: value}, options=reasoning)
-    assert "Fix: send it to a server without --reasoning-parser" in str(err.value)
-    requests_check.check({}, {name: value}, options=reasoning, measured=frozenset({"grammar_under_reasoning"}))
-    with pytest.raises(RequestRefused, match=f"^{name}.*not accepted"):  # still type-checked where measured
-        requests_check.check({}, {name: 7}, options=reasoning, measured=frozenset({"grammar_under_reasoning"}))
+def test_each_condition_is_measured_by_the_queue_chunk_it_names():
+    assert _unmeasured_conditions(requests_check.CONDITIONS) == []
 
 
-def test_a_condition_is_measurable_by_name_and_nothing_else_is_added():
-    assert requests_check.measured_names("grammar_under_reasoning") == {"grammar_under_reasoning"}
-    assert {c.name for c in requests_check.CONDITIONS} <= requests_check.measurable_names()
+def test_a_condition_no_queue_chunk_measures_is_caught(condition):
+    """The check above, on conditions it must fail and one it must pass: the fixture's (t's chunk runs with the
+    reasoning parser but no longer names it), the same where the chunk names it, and ones with a chunk that does
+    not exist, a server option its chunk does not set and a parameter that is not verified."""
+    commands = _queue_commands()
+    unnamed = (f"{condition.name}: queue chunk {condition.measure} does not name it in "
+               f"{requests_check.MEASURE_OPTION}")
+    assert _unmeasured_conditions(requests_check.CONDITIONS) == [unnamed]
+    named = {**commands, condition.measure: commands[condition.measure].replace(
+        "python3 -m pytest", f"CORUN_SUITE_CORUN_ARGS='{requests_check.MEASURE_OPTION} {condition.name}' "
+        "python3 -m pytest")}
+    assert _unmeasured_conditions([condition], named) == []
+    others = [dataclasses.replace(condition, measure="no-such-chunk"),
+              dataclasses.replace(condition, option="tool_call_parser"),
+              dataclasses.replace(condition, params=("regex", "return_entropy"))]
+    assert _unmeasured_conditions(others, named) == [
+        f"{condition.name}: no queue chunk no-such-chunk",
+        f"{condition.name}: queue chunk {condition.measure}'s servers run without --tool-call-parser",
+        f"{condition.name}: names ['return_entropy'], not verified"]
+
+
+GRAMMARS = [("json_schema", '{"type": "object"}'), ("regex", "[a-z]+"), ("ebnf", 'root ::= "yes"'),
+            ("structural_tag", '{"format": {"type": "const_string", "value": "x"}}')]
+
+
+@pytest.mark.parametrize("name,value", GRAMMARS[:3])
+def test_a_grammar_t_ran_is_served_on_a_server_with_a_reasoning_parser(name, value):
+    """Scenario t verified JSON schemas, regexes and EBNF grammars behind SGLang's reasoning wrapper: no condition
+    holds them back."""
+    assert all(name not in c.params for c in requests_check.CONDITIONS)
+    for options in ({"reasoning_parser": "qwen3"}, {"reasoning_parser": None}, {}):
+        requests_check.check({"require_reasoning": True}, {name: value}, options=options)
     with pytest.raises(ValueError, match=requests_check.MEASURE_OPTION):
-        requests_check.measured_names("grammar_under_reasoning,reasoning_parser")
+        requests_check.measured_names("grammar_under_reasoning")  # nothing of the kind left to measure
+    with pytest.raises(RequestRefused, match=f"^{name}.*not accepted"):  # still type-checked
+        requests_check.check({}, {name: 7}, options={"reasoning_parser": "qwen3"})
+
+
+def test_a_structural_tag_waits_on_t_beside_a_reasoning_parser():
+    """t's first run sent no structural tag, so beside a reasoning parser it stays refused until t's chunk has
+    compared one (``structural_tag_under_reasoning``); without the parser it is verified (scenario r)."""
+    name, value = GRAMMARS[3]
+    reasoning = {"reasoning_parser": "qwen3"}
+    requests_check.check({}, {name: value})
+    requests_check.check({}, {name: value}, options={"reasoning_parser": None})
+    with pytest.raises(RequestRefused, match="^structural_tag .*on a server with --reasoning-parser") as err:
+        requests_check.check({"require_reasoning": True}, {name: value}, options=reasoning)
+    assert "Fix: send it to a server without --reasoning-parser" in str(err.value)
+    measured = frozenset({"structural_tag_under_reasoning"})
+    assert requests_check.measured_names("structural_tag_under_reasoning") == measured
+    requests_check.check({"require_reasoning": True}, {name: value}, options=reasoning, measured=measured)
+
+
+@pytest.mark.parametrize("name,value", GRAMMARS)
+def test_a_condition_refuses_its_parameters_on_a_server_with_its_option_until_measured(condition, name, value):
+    options = {condition.option: "qwen3"}
+    requests_check.check({}, {name: value})  # verified without the option
+    requests_check.check({}, {name: value}, options={condition.option: None})
+    requests_check.check({}, {name: None}, options=options)  # unset: nothing to refuse
+    with pytest.raises(RequestRefused, match=f"^{name}.*on a server with {condition.flag()}") as err:
+        requests_check.check({}, {name: value}, options=options)
+    assert f"Fix: {condition.fix}" in str(err.value)
+    requests_check.check({}, {name: value}, options=options, measured=frozenset({condition.name}))
+    with pytest.raises(RequestRefused, match=f"^{name}.*not accepted"):  # still type-checked where measured
+        requests_check.check({}, {name: 7}, options=options, measured=frozenset({condition.name}))
+    requests_check.check({}, {"temperature": 0.5}, options=options)  # parameters it does not name: served
+
+
+def test_a_condition_is_measurable_by_name_and_nothing_else_is_added(condition):
+    assert requests_check.measured_names(condition.name) == {condition.name}
+    assert requests_check.measurable_names() == {condition.name}
+    with pytest.raises(ValueError, match=requests_check.MEASURE_OPTION):
+        requests_check.measured_names(f"{condition.name},{condition.option}")
+
+
+def test_a_condition_is_in_the_generated_table(condition):
+    table = requests_check.conditions_table()
+    assert requests_check.NO_CONDITION not in table and table.count("\n") == 3
+    assert table.splitlines()[2].startswith(f"| `{condition.flag()}` | `json_schema`, `regex`")
+    assert f"`{requests_check.MEASURE_OPTION} {condition.name}` ({condition.measure})" in table
 
 
 def test_min_new_tokens_needs_the_servers_tokenizer():
@@ -269,15 +368,35 @@ def test_min_new_tokens_needs_the_servers_tokenizer():
         requests_check.check({}, {"min_new_tokens": 4}, has_tokenizer=False)
 
 
-def test_only_measurable_parameters_can_be_measured():
+def test_only_measurable_parameters_can_be_measured(measurable):
     assert requests_check.measured_names(None) == frozenset() == requests_check.measured_names(" , ")
-    assert requests_check.measured_names("token_ids_logprob, top_logprobs_num") == {"token_ids_logprob",
-                                                                                  "top_logprobs_num"}
-    for value in ("lora_path", "top_logprobs_num,bogus", "custom_params"):
+    assert requests_check.measured_names(f" {measurable} ,") == {measurable}
+    assert measurable in requests_check.measurable_names()
+    for value in ("lora_path", f"{measurable},bogus", "custom_params"):  # refused without a measure, or unknown
         with pytest.raises(ValueError, match=requests_check.MEASURE_OPTION):
             requests_check.measured_names(value)
     with pytest.raises(ValueError, match=r"names regex, which .*\(regex: verified or free, served without it\)"):
-        requests_check.measured_names("top_logprobs_num,regex")  # verified: nothing left to measure
+        requests_check.measured_names(f"{measurable},regex")  # verified: nothing left to measure
+    with pytest.raises(ValueError, match=r"names token_ids_logprob, top_logprobs_num, .*served without it"):
+        requests_check.measured_names("top_logprobs_num,token_ids_logprob")  # measured by scenario n, now verified
+
+
+def test_measuring_works_with_nothing_to_measure(monkeypatch):
+    """No row with a ``measure`` and no condition: ``--corun-measure`` accepts no name, every request is checked
+    as before, and the conditions' table is its header and a row that says there is none."""
+    parameters = tuple(dataclasses.replace(p, measure="") for p in requests_check.PARAMETERS)
+    monkeypatch.setattr(requests_check, "PARAMETERS", parameters)
+    monkeypatch.setattr(requests_check, "TABLE", {(p.where, p.name): p for p in parameters})
+    monkeypatch.setattr(requests_check, "CONDITIONS", ())
+    assert requests_check.measurable_names() == frozenset() == requests_check.measured_names(None)
+    with pytest.raises(ValueError, match="which no GPU queue chunk measures; measurable: none$"):
+        requests_check.measured_names("grammar_under_reasoning")
+    requests_check.check({"return_logprob": True, "top_logprobs_num": 5}, {"regex": "[a-z]+"},
+                         options={"reasoning_parser": "qwen3"})
+    with pytest.raises(RequestRefused, match="^return_entropy"):
+        requests_check.check({"return_entropy": True}, {}, measured=frozenset({"return_entropy"}))
+    table = requests_check.conditions_table()
+    assert table.count("\n") == 3 and table.splitlines()[2] == requests_check.NO_CONDITION
 
 
 # ----------------------------------------------------------------- the OpenAI protocol's conversions
@@ -341,9 +460,24 @@ def test_openai_penalties_min_tokens_and_logit_bias_are_served(convert):
 
 
 def test_openai_logprobs_map_to_top_logprobs_num():
+    requests_check.check({"return_logprob": True, "top_logprobs_num": 3}, {})
     with pytest.raises(RequestRefused) as err:
-        requests_check.check({"return_logprob": True, "top_logprobs_num": 3}, {})
-    assert "top_logprobs_num (OpenAI logprobs / top_logprobs)" in str(err.value)
+        requests_check.check({"return_logprob": True, "top_logprobs_num": requests_check.TOP_LOGPROBS_MAX + 1}, {})
+    assert str(err.value).startswith("top_logprobs_num (OpenAI logprobs / top_logprobs): 65 is not accepted")
+
+
+@pytest.mark.parametrize("fields,k", [({"logprobs": 5, "echo": True}, 5), ({"logprobs": 0}, 0), ({}, 0)])
+def test_openai_completions_logprobs_are_served_as_top_logprobs_num(fields, k):
+    import types
+
+    from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
+
+    serving = OpenAIServingCompletion.__new__(OpenAIServingCompletion)
+    serving.template_manager = types.SimpleNamespace(completion_template_name=None)
+    serving.allowed_custom_labels = None
+    obj = serving._convert_to_internal_request(CompletionRequest(prompt=[1, 2, 3], max_tokens=4, **fields))[0]
+    assert obj.top_logprobs_num == k
+    requests_check.check({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}, obj.sampling_params, 3)
 
 
 # ----------------------------------------------------------------- the corpus and the document
@@ -361,12 +495,33 @@ def test_the_corpus_is_well_formed_json_cases():
 
 def test_the_document_holds_the_generated_table():
     assert requests_check.markdown_table() in DOC.read_text(), (
-        "docs/requests.md is out of date: paste requests_check.markdown_table() into it")
+        "docs/requests.md is out of date: run python -m corun_sglang.core.requests_check docs/requests.md")
 
 
 def test_the_document_holds_the_generated_conditions():
     assert requests_check.conditions_table() in DOC.read_text(), (
-        "docs/requests.md is out of date: paste requests_check.conditions_table() into it")
+        "docs/requests.md is out of date: run python -m corun_sglang.core.requests_check docs/requests.md")
+
+
+def test_the_generator_rewrites_both_tables_in_place(tmp_path):
+    """``write_tables`` replaces each generated table's run of lines, found by its header, and keeps the rest of
+    the file byte for byte; run again, it changes nothing."""
+    text = DOC.read_text()
+    parameters, conditions = requests_check.markdown_table(), requests_check.conditions_table()
+    row = next(line for line in parameters.splitlines() if line.startswith("| `top_logprobs_num` |"))
+    stale = text.replace(row + "\n", "").replace(parameters.splitlines()[2], row.replace("verified", "refused"))
+    stale = stale.replace(conditions, conditions.splitlines()[0] + "\n| --- |\n| `--stale` | old |\n")
+    assert parameters not in stale and conditions not in stale
+    doc = tmp_path / "requests.md"
+    doc.write_text(stale)
+    assert requests_check.write_tables(str(doc)) is True
+    written = doc.read_text()
+    assert written == text
+    assert parameters in written and conditions in written
+    assert requests_check.write_tables(str(doc)) is False and doc.read_text() == text
+    doc.write_text(text.replace(conditions.splitlines()[0], "| option |"))  # a header that is not there: refused
+    with pytest.raises(ValueError, match="0 lines are the header"):
+        requests_check.write_tables(str(doc))
 
 
 def test_the_table_lists_every_row_once():

@@ -14,7 +14,8 @@ feature with other values and co-runners that do not.
   ``tool_choice``);
 - t: grammars through SGLang's reasoning wrapper, on servers started with ``--reasoning-parser qwen3``: needles
   with ``require_reasoning`` think unmasked until their own tokens complete the think-end sequence (boosted by
-  ``logit_bias``), then follow a JSON schema, a regex or an EBNF grammar; another needle's grammar applies from its
+  ``logit_bias``), then follow a JSON schema, a regex, an EBNF grammar or a structural tag (a tool call, ``<tool>``
+  and a JSON object); another needle's grammar applies from its
   first token through the wrapper; among co-runners with grammars behind reasoning, grammars alone and none.
 
 Each scenario reuses ``test_suite``'s arms, evidence and verdicts (the default arm, decoding greedily, must
@@ -22,9 +23,10 @@ diverge); each also proves the feature acted (``_applied``): a penalized, biased
 from its plain twin, a banned token never appears, a grammar's output parses (cut by its length: is a prefix
 the grammar accepts; under reasoning, the text after the switch). Servers serve text (``CORUN_SUITE_TEXT=1``); the
 chunks of n-r add ``--tool-call-parser qwen25`` (a forced tool call then becomes a structural tag), t's chunk
-``--reasoning-parser qwen3``, and each names what it measures that ``--corun`` refuses elsewhere (top-k logprobs,
-``token_ids_logprob``; ``grammar_under_reasoning``: grammars on a server with a reasoning parser) in
-``--corun-measure`` (``CORUN_SUITE_CORUN_ARGS``).
+``--reasoning-parser qwen3``, and a chunk names what it measures that ``--corun`` refuses elsewhere in
+``--corun-measure`` (``CORUN_SUITE_CORUN_ARGS``: t's names ``structural_tag_under_reasoning``, the structural tag
+behind a reasoning parser, which t's first run did not send; its JSON schemas, regexes and EBNF grammars are
+verified there).
 """
 
 import dataclasses
@@ -229,6 +231,9 @@ PERSON = {"type": "object", "additionalProperties": False, "required": ["name", 
 COLORS = r"(red|green|blue)( (red|green|blue)){3,12}\."
 TUPLE_EBNF = 'root ::= "(" num "," num "," num ("," num)? ")"\nnum ::= [1-9] [0-9]?'
 TUPLE = re.compile(r"\([1-9][0-9]?(,[1-9][0-9]?){2,3}\)")
+#: a structural tag in SGLang's format form: a tool call, ``<tool>`` then a ``PERSON`` object then ``</tool>``
+TOOL_TAG = json.dumps({"type": "structural_tag", "format": {
+    "type": "tag", "begin": "<tool>", "content": {"type": "json_schema", "json_schema": PERSON}, "end": "</tool>"}})
 #: co-runners' grammars end them when complete (the matcher accepts EOS), so they run without ignore_eos
 GRAMMAR_KINDS = [{}, {}] + [{**g, "ignore_eos": False} for g in (
     {"regex": "[a-z]{5,20}"}, {"ebnf": 'root ::= "yes" | "no"'},
@@ -241,6 +246,11 @@ def _person(text):
     return set(value) == {"name", "age", "tags"} and isinstance(value["age"], int)
 
 
+def _tool(text):
+    call = re.fullmatch(r"<tool>(.*)</tool>", text, re.S)
+    return call is not None and _person(call.group(1))
+
+
 def _grammar_prefix(tokenizer):
     """``accepts(key, text)``: whether ``text`` is a prefix the needle ``key``'s grammar accepts, by xgrammar's own
     matcher on the checkpoint's tokenizer (JSON whitespace free, as SGLang compiles a schema by default)."""
@@ -249,7 +259,7 @@ def _grammar_prefix(tokenizer):
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tokenizer))
     person = compiler.compile_json_schema(json.dumps(PERSON), any_whitespace=True)
     grammars = {"json": person, "json-greedy": person, "regex": compiler.compile_regex(COLORS),
-                "ebnf": compiler.compile_grammar(TUPLE_EBNF)}
+                "ebnf": compiler.compile_grammar(TUPLE_EBNF), "tag": compiler.compile_structural_tag(TOOL_TAG)}
     return lambda key, text: xgr.GrammarMatcher(grammars[key]).accept_string(text)
 
 
@@ -439,6 +449,9 @@ def _thinking_prompt(arms, tokenizer, grammar: str, seed: int) -> list[int]:
         if grammar == "json":
             return json.dumps({"name": rnd.choice(words), "age": rnd.randint(1, 90),
                                "tags": rnd.sample(words, rnd.randint(0, 3))})
+        if grammar == "tag":
+            return "<tool>" + json.dumps({"name": rnd.choice(words), "age": rnd.randint(1, 90),
+                                          "tags": rnd.sample(words, rnd.randint(0, 3))}) + "</tool>"
         if grammar == "regex":
             return " ".join(rnd.choice(("red", "green", "blue")) for _ in range(rnd.randint(4, 13))) + "."
         return "(" + ",".join(str(rnd.randint(1, 99)) for _ in range(rnd.randint(3, 4))) + ")"
@@ -453,7 +466,8 @@ def _reasoning_kinds(bias: dict) -> list[dict]:
     behind the request's own reasoning (``require_reasoning``, the think-end boosted), reasoning without a grammar,
     and neither."""
     thinking = {"request": {"require_reasoning": True}, "logit_bias": bias}
-    return GRAMMAR_KINDS + [{**g, **thinking} for g in GRAMMAR_KINDS[2:]] + [thinking]
+    tool = {"structural_tag": TOOL_TAG, "ignore_eos": False}
+    return GRAMMAR_KINDS + [{**g, **thinking} for g in [*GRAMMAR_KINDS[2:], tool]] + [thinking]
 
 
 def test_t_grammars_through_the_reasoning_wrapper_among_co_runners(arms):
@@ -481,11 +495,12 @@ def test_t_grammars_through_the_reasoning_wrapper_among_co_runners(arms):
         needle("ebnf", "ebnf", 214, 0.7, 215, False, ebnf=TUPLE_EBNF),  # the wrapper's grammar from token one
         needle("json-greedy-think", "json", 216, 0.0, 217, True, json_schema=person),
         needle("ebnf-think", "ebnf", 218, 1.0, 219, True, ebnf=TUPLE_EBNF),
+        needle("tag-think", "tag", 224, 0.7, 225, True, structural_tag=TOOL_TAG),
     ]
     grammar = {"json-think": "json", "regex-think": "regex", "ebnf": "ebnf", "json-greedy-think": "json-greedy",
-               "ebnf-think": "ebnf"}
+               "ebnf-think": "ebnf", "tag-think": "tag"}
     valid = {"json": _person, "json-greedy": _person, "regex": lambda t: re.fullmatch(COLORS, t) is not None,
-             "ebnf": lambda t: TUPLE.fullmatch(t) is not None}
+             "ebnf": lambda t: TUPLE.fullmatch(t) is not None, "tag": _tool}
     kinds = _reasoning_kinds(bias)
     crowds = {f"with{n}": _mixed(_fillers(arms, n, 220 + n, 96), kinds, 220 + n) for n in (31, 127, 255)}
     thinking = {n.key for n in needles if n.body["require_reasoning"]}

@@ -132,17 +132,21 @@ def test_n_defaults_in_one_place():
         if "return args.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS" in line))], found
 
 
-def test_a_measuring_server_says_so_in_its_summary_and_fingerprint(make_args):
+def test_a_measuring_server_says_so_in_its_summary_and_fingerprint(make_args, measurable):
     from corun_sglang.core import fingerprint
 
     plain = make_args(corun=True).corun_config
-    measuring = make_args(corun=True, corun_measure="token_ids_logprob,top_logprobs_num").corun_config
-    assert measuring.measured == ("token_ids_logprob", "top_logprobs_num") and plain.measured == ()
-    assert "UNVERIFIED request parameters served: token_ids_logprob, top_logprobs_num" in measuring.summary()
+    measuring = make_args(corun=True, corun_measure=f" {measurable},").corun_config
+    assert measuring.measured == (measurable,) and plain.measured == ()
+    assert f"UNVERIFIED request parameters served: {measurable}" in measuring.summary()
     assert fingerprint.configuration(measuring) != fingerprint.configuration(plain)
     with pytest.raises(config.CorunConfigError, match="--corun-measure names lora_path"):
         make_args(corun=True, corun_measure="lora_path")
     with pytest.raises(config.CorunConfigError, match="--corun-measure names regex, .*served without it"):
-        make_args(corun=True, corun_measure="regex,top_logprobs_num")  # verified: nothing to measure
+        make_args(corun=True, corun_measure=f"regex,{measurable}")  # verified: nothing to measure
+    with pytest.raises(config.CorunConfigError, match="--corun-measure names top_logprobs_num, .*served without it"):
+        make_args(corun=True, corun_measure="top_logprobs_num")  # verified by scenario n
+    with pytest.raises(config.CorunConfigError, match="--corun-measure names grammar_under_reasoning, which no GPU"):
+        make_args(corun=True, corun_measure="grammar_under_reasoning")  # no condition left: verified by scenario t
     with pytest.raises(config.CorunConfigError, match="--corun-measure: part of --corun"):
-        make_args(corun_measure="top_logprobs_num")
+        make_args(corun_measure=measurable)

@@ -52,25 +52,66 @@ def test_each_corpus_request_is_served_or_refused_by_name_before_the_scheduler(t
     assert not tm.sent and not tm.rid_to_state  # nothing reached the scheduler, nothing left behind
 
 
-def test_a_grammar_on_a_server_with_a_reasoning_parser_waits_on_its_measure(tokenizer_manager):
-    """SGLang wraps grammars in its reasoning wrapper under ``--reasoning-parser``: a path no GPU run compared yet,
-    so such a server refuses grammars (only) until ``--corun-measure grammar_under_reasoning``."""
+def _reasoning_request(**params):
     from sglang.srt.managers.io_struct import GenerateReqInput
 
-    def request(**params):
-        return GenerateReqInput(input_ids=[5, 6, 7], sampling_params={"max_new_tokens": 4, **params},
-                                require_reasoning=True)
+    return GenerateReqInput(input_ids=[5, 6, 7], sampling_params={"max_new_tokens": 4, **params},
+                            require_reasoning=True)
 
+
+def test_a_grammar_on_a_server_with_a_reasoning_parser_is_served(tokenizer_manager):
+    """SGLang wraps grammars in its reasoning wrapper under ``--reasoning-parser``, the path scenario t verified:
+    a ``--corun`` server with a reasoning parser passes a grammar request t ran to the scheduler, type-checked;
+    a structural tag, which t has not run yet, gets a 400 there."""
     tm = tokenizer_manager(reasoning_parser="qwen3")
-    with pytest.raises(ValueError, match="^regex: not verified under --corun on a server with --reasoning-parser"):
-        _generate(tm, request(regex="[a-z]+"))
+    schema = '{"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}'
+    _generate(tm, _reasoning_request(json_schema=schema))
+    _generate(tm, _reasoning_request(regex="[a-z]+"))
+    assert [r.sampling_params.json_schema for r in tm.sent] == [schema, None]
+    assert tm.sent[1].sampling_params.regex == "[a-z]+" and tm.sent[0].require_reasoning
+    with pytest.raises(ValueError, match=r"^json_schema \(OpenAI [^)]*\): 7 is not accepted"):
+        _generate(tm, _reasoning_request(json_schema=7))
+    with pytest.raises(ValueError, match="^structural_tag .*on a server with --reasoning-parser"):
+        _generate(tm, _reasoning_request(structural_tag='{"format": {"type": "const_string", "value": "x"}}'))
+    assert len(tm.sent) == 2
+
+
+def test_a_condition_refuses_its_parameters_on_a_server_with_its_option_until_measured(tokenizer_manager,
+                                                                                       condition):
+    """A server option a condition names (the fixture's: ``--reasoning-parser``, over the grammars) keeps its
+    parameters from the scheduler, a 400 naming each, unless the server's ``--corun-measure`` names the
+    condition; requests without them, and servers without the option, are served as before."""
+    tm = tokenizer_manager(**{condition.option: "qwen3"})
+    with pytest.raises(ValueError, match=f"^regex: not verified under --corun on a server with {condition.flag()}"):
+        _generate(tm, _reasoning_request(regex="[a-z]+"))
     assert not tm.sent and not tm.rid_to_state
-    _generate(tm, request())  # no grammar: served
+    _generate(tm, _reasoning_request())  # no grammar: served
     assert len(tm.sent) == 1
-    for options in ({"reasoning_parser": "qwen3", "corun_measure": "grammar_under_reasoning"}, {}):
+    for options in ({condition.option: "qwen3", "corun_measure": condition.name}, {}):
         tm = tokenizer_manager(**options)
-        _generate(tm, request(regex="[a-z]+"))
+        _generate(tm, _reasoning_request(regex="[a-z]+"))
         assert tm.sent[0].sampling_params.regex == "[a-z]+"
+
+
+def test_a_measured_parameter_is_served_only_by_a_server_that_measures_it(tokenizer_manager, measurable):
+    """A refused parameter a GPU queue chunk measures reaches the scheduler only from a server whose
+    ``--corun-measure`` names it, and there only with a value of its type."""
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    def request(value):
+        return GenerateReqInput(input_ids=[5, 6, 7], sampling_params={"max_new_tokens": 4}, return_logprob=True,
+                                **{measurable: value})
+
+    tm = tokenizer_manager()
+    with pytest.raises(ValueError, match=f"^{measurable}: not verified under --corun"):
+        _generate(tm, request(True))
+    assert not tm.sent and not tm.rid_to_state
+    tm = tokenizer_manager(corun_measure=measurable)
+    _generate(tm, request(True))
+    assert len(tm.sent) == 1
+    with pytest.raises(ValueError, match=f"^{measurable}: 1 is not accepted"):
+        _generate(tm, request(1))
+    assert len(tm.sent) == 1
 
 
 def test_without_corun_the_check_passes_everything_through(tokenizer_manager):
@@ -139,10 +180,10 @@ def _answering(tm):
 
 @pytest.fixture
 def openai_client(tokenizer_manager, tmp_path, monkeypatch):
-    """``client(measured=(), tool_call_parser=None)``: the official ``openai`` client, served by SGLang's own
-    FastAPI app and OpenAI serving classes over its ``TokenizerManager`` (a word-level tokenizer with a chat
-    template; the scheduler answered by ``_answering``); ``measured`` is what the server's ``--corun-measure``
-    names (its ``--corun-measure``), ``tool_call_parser`` the server's ``--tool-call-parser``."""
+    """``client(tool_call_parser=None)``: the official ``openai`` client, served by SGLang's own FastAPI app and
+    OpenAI serving classes over the ``TokenizerManager`` of a plain ``--corun`` server (a word-level tokenizer
+    with a chat template; the scheduler answered by ``_answering``); ``tool_call_parser`` is the server's
+    ``--tool-call-parser``."""
     import httpx
     import openai
     from sglang.srt.entrypoints import http_server
@@ -155,9 +196,8 @@ def openai_client(tokenizer_manager, tmp_path, monkeypatch):
 
     tokenizer = AutoTokenizer.from_pretrained(str(synthetic.write_tokenizer(tmp_path / "tokenizer", "qwen3-tiny")))
 
-    def client(measured=(), tool_call_parser=None):
-        tm = _answering(tokenizer_manager(tool_call_parser=tool_call_parser,
-                                          corun_measure=",".join(measured) or None))
+    def client(tool_call_parser=None):
+        tm = _answering(tokenizer_manager(tool_call_parser=tool_call_parser))
         tm.tokenizer, tm.served_model_name, tm.async_dynamic_batch_tokenizer = tokenizer, "tiny", None
         templates = TemplateManager()
         monkeypatch.setattr(http_server.app.state, "openai_serving_completion",
@@ -171,59 +211,38 @@ def openai_client(tokenizer_manager, tmp_path, monkeypatch):
     return client
 
 
-def _served(*names) -> bool:
-    from corun_sglang.core.requests_check import PARAMETERS, REFUSED
-
-    return all(p.status != REFUSED for p in PARAMETERS if p.name in names)
-
-
-def _call(openai_client, measured, names, create, **server):
-    """``create(client)`` as a user's client sends it: the response and what reached the scheduler, or None and
-    None when ``--corun`` refuses one of ``names`` (refused and not measured), the refusal naming each."""
+def _call(openai_client, names, create, **server):
+    """``create(client)`` as a user's client sends it to a plain ``--corun`` server, which serves ``names`` (each
+    verified or free in ``requests_check``): the response and what reached the scheduler."""
     import asyncio
 
-    import openai
+    from corun_sglang.core.requests_check import PARAMETERS, REFUSED
 
-    tm, client = openai_client(names if measured else (), **server)
-    served = measured or _served(*names)
+    assert not [p.name for p in PARAMETERS if p.name in names and p.status == REFUSED]
+    tm, client = openai_client(**server)
 
     async def run():
         async with client:
             return await create(client)
 
-    if not served:
-        with pytest.raises(openai.BadRequestError) as err:
-            asyncio.run(run())
-        assert all(name in str(err.value) for name in names), str(err.value)
-        assert not tm.sent
-        return None, None
     out = asyncio.run(run())
     (sent,) = tm.sent
     return out, sent
 
 
-MODES = [pytest.param(False, id="as-listed"), pytest.param(True, id="measured")]
-
-
-@pytest.mark.parametrize("measured", MODES)
-def test_openai_completions_with_logprobs_5(openai_client, measured):
-    out, sent = _call(openai_client, measured, ["top_logprobs_num"], lambda c: c.completions.create(
+def test_openai_completions_with_logprobs_5(openai_client):
+    out, sent = _call(openai_client, ["top_logprobs_num"], lambda c: c.completions.create(
         model="tiny", prompt="hello there", max_tokens=2, logprobs=5, echo=True, seed=3, temperature=0.7))
-    if out is None:
-        return
     assert sent.top_logprobs_num == 5 and sent.return_logprob and sent.logprob_start_len == 0
     top = out.choices[0].logprobs.top_logprobs  # echo: the prompt's positions (the first has none), then the output's
     assert len(top) == out.usage.prompt_tokens + len(OUTPUT_IDS) and top[0] is None
     assert all(len(step) == 5 for step in top[1:])
 
 
-@pytest.mark.parametrize("measured", MODES)
-def test_openai_chat_with_top_logprobs(openai_client, measured):
-    out, sent = _call(openai_client, measured, ["top_logprobs_num"], lambda c: c.chat.completions.create(
+def test_openai_chat_with_top_logprobs(openai_client):
+    out, sent = _call(openai_client, ["top_logprobs_num"], lambda c: c.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "hello there"}], max_tokens=2, logprobs=True,
         top_logprobs=5, seed=3))
-    if out is None:
-        return
     assert sent.top_logprobs_num == 5
     content = out.choices[0].logprobs.content
     assert len(content) == len(OUTPUT_IDS) and all(len(step.top_logprobs) == 5 for step in content)
@@ -232,10 +251,9 @@ def test_openai_chat_with_top_logprobs(openai_client, measured):
 def test_openai_chat_with_a_json_schema_response_format_is_served(openai_client):
     import json
 
-    out, sent = _call(openai_client, False, ["json_schema"], lambda c: c.chat.completions.create(
+    out, sent = _call(openai_client, ["json_schema"], lambda c: c.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "hello there"}], max_tokens=16, seed=3,
         response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}}))
-    assert out is not None  # verified: served by a plain --corun server
     assert json.loads(sent.sampling_params.json_schema) == SCHEMA
     assert json.loads(out.choices[0].message.content) == {"answer": "yes"}
 
@@ -246,10 +264,9 @@ def test_openai_chat_with_a_structural_tag_response_format_is_served(openai_clie
     from corun_sglang.tools import request_corpus
 
     tag = json.loads(request_corpus.GRAMMAR_VALUES["structural_tag"])
-    out, sent = _call(openai_client, False, ["structural_tag"], lambda c: c.chat.completions.create(
+    out, sent = _call(openai_client, ["structural_tag"], lambda c: c.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "hello there"}], max_tokens=16, seed=3,
         response_format=tag))
-    assert out is not None  # verified: served by a plain --corun server
     assert json.loads(sent.sampling_params.structural_tag)["structures"] == tag["structures"]
     assert sent.sampling_params.json_schema is None
 
@@ -261,10 +278,9 @@ def test_openai_chat_with_a_forced_tool_call_is_served(openai_client, parser):
     import json
 
     grammar = "structural_tag" if parser else "json_schema"
-    out, sent = _call(openai_client, False, [grammar], lambda c: c.chat.completions.create(
+    out, sent = _call(openai_client, [grammar], lambda c: c.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "weather in Paris?"}], max_tokens=32, seed=3,
         tools=[TOOL], tool_choice={"type": "function", "function": {"name": "get_weather"}}), tool_call_parser=parser)
-    assert out is not None  # verified: served by a plain --corun server
     constraint = getattr(sent.sampling_params, grammar)
     assert "get_weather" in constraint
     message = out.choices[0].message
@@ -280,31 +296,36 @@ PENALTIES = ["frequency_penalty", "presence_penalty", "repetition_penalty", "min
 
 
 def test_openai_chat_with_penalties_min_tokens_and_logit_bias_is_served(openai_client):
-    out, sent = _call(openai_client, False, PENALTIES, lambda c: c.chat.completions.create(
+    out, sent = _call(openai_client, PENALTIES, lambda c: c.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "hello there"}], max_tokens=8, seed=3,
         frequency_penalty=0.5, presence_penalty=0.25, logit_bias={"7": 2.5},
         extra_body={"repetition_penalty": 1.2, "min_tokens": 2}))
-    assert out is not None  # verified: served by a plain --corun server
     sp = sent.sampling_params
     assert (sp.frequency_penalty, sp.presence_penalty, sp.repetition_penalty, sp.min_new_tokens) == (0.5, 0.25, 1.2, 2)
     assert sp.logit_bias == {"7": 2.5}
 
 
-def test_a_verified_parameter_keeps_its_type_check(openai_client):
+@pytest.mark.parametrize("name,create", [
+    ("logit_bias", lambda c: c.completions.create(model="tiny", prompt="hello", max_tokens=2,
+                                                  logit_bias={"seven": 2.5})),
+    ("top_logprobs_num", lambda c: c.completions.create(model="tiny", prompt="hello", max_tokens=2, logprobs=65)),
+    ("top_logprobs_num", lambda c: c.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=2, logprobs=True, top_logprobs=65)),
+], ids=["logit-bias", "completions-logprobs-65", "chat-top-logprobs-65"])
+def test_a_verified_parameter_keeps_its_type_check(openai_client, name, create):
     import asyncio
 
     import openai
 
-    tm, client = openai_client(())
+    tm, client = openai_client()
 
     async def run():
         async with client:
-            return await client.completions.create(model="tiny", prompt="hello", max_tokens=2,
-                                                   logit_bias={"seven": 2.5})
+            return await create(client)
 
     with pytest.raises(openai.BadRequestError) as err:
         asyncio.run(run())
-    assert "logit_bias" in str(err.value) and not tm.sent
+    assert name in str(err.value) and not tm.sent
 
 
 def test_min_new_tokens_is_refused_where_the_scheduler_has_no_tokenizer(tokenizer_manager, monkeypatch):
