@@ -15,8 +15,8 @@ feature with other values and co-runners that do not.
 - t: grammars through SGLang's reasoning wrapper, on servers started with ``--reasoning-parser qwen3``: needles
   with ``require_reasoning`` think unmasked until their own tokens complete the think-end sequence (boosted by
   ``logit_bias``), then follow a JSON schema, a regex, an EBNF grammar or a structural tag (a tool call, ``<tool>``
-  and a JSON object); another needle's grammar applies from its
-  first token through the wrapper; among co-runners with grammars behind reasoning, grammars alone and none.
+  and a JSON object); another needle's grammar applies from its first token through the wrapper; among co-runners
+  with grammars behind reasoning, grammars alone and none.
 
 Each scenario reuses ``test_suite``'s arms, evidence and verdicts (the default arm, decoding greedily, must
 diverge); each also proves the feature acted (``_applied``): a penalized, biased or constrained needle differs
@@ -446,12 +446,10 @@ def _thinking_prompt(arms, tokenizer, grammar: str, seed: int) -> list[int]:
     words = generate.WORDS
 
     def answer() -> str:
-        if grammar == "json":
-            return json.dumps({"name": rnd.choice(words), "age": rnd.randint(1, 90),
-                               "tags": rnd.sample(words, rnd.randint(0, 3))})
-        if grammar == "tag":
-            return "<tool>" + json.dumps({"name": rnd.choice(words), "age": rnd.randint(1, 90),
-                                          "tags": rnd.sample(words, rnd.randint(0, 3))}) + "</tool>"
+        if grammar in ("json", "tag"):
+            person = json.dumps({"name": rnd.choice(words), "age": rnd.randint(1, 90),
+                                 "tags": rnd.sample(words, rnd.randint(0, 3))})
+            return person if grammar == "json" else f"<tool>{person}</tool>"
         if grammar == "regex":
             return " ".join(rnd.choice(("red", "green", "blue")) for _ in range(rnd.randint(4, 13))) + "."
         return "(" + ",".join(str(rnd.randint(1, 99)) for _ in range(rnd.randint(3, 4))) + ")"
