@@ -170,14 +170,13 @@ def measurable(monkeypatch):
 def condition(monkeypatch):
     """A server option that moves verified parameters onto a path no GPU run has compared, whatever
     ``requests_check.CONDITIONS`` holds now: the grammars on a server with ``--reasoning-parser``, as they were
-    until scenario t verified three of them (measured by t's queue chunk, whose servers run with the parser);
-    returns it.
+    until scenario t verified them (measured by t's queue chunk, whose servers run with the parser); returns it.
     Every reader of ``CONDITIONS`` (the check, ``measured_names``, a server's startup check, the tokenizer's hook)
     reads it at call time, so each sees this one."""
     from corun_sglang.core import requests_check
 
     found = requests_check.Condition(
-        "grammar_under_reasoning", "reasoning_parser", requests_check.GRAMMAR_PARAMS,
+        "grammar_under_reasoning", "reasoning_parser", ("json_schema", "regex", "ebnf", "structural_tag"),
         "SGLang runs each grammar inside its reasoning wrapper; not yet run among co-runners on a GPU (queue chunk "
         "suite-smollm2-reasoning-grammar)", "send it to a server without --reasoning-parser, or drop it",
         "suite-smollm2-reasoning-grammar")

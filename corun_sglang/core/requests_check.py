@@ -106,11 +106,13 @@ _GRAMMARS = ("needles with a JSON schema, a regex and an EBNF grammar among co-r
 _OPENAI_GRAMMARS = ("the openai client's forced tool calls (tools with a forced tool_choice, a structural tag under "
                     "--tool-call-parser) and a JSON-schema response_format, alone vs among 48 concurrent clients "
                     f"and 64 others: 0 of 10 divergent, default SGLang 6 of 10 ({_SUITE} r, {_SURFACE_RUN})")
-_REASONING_WRAPPER = ("SGLang's reasoning wrapper: no mask while the request's own reasoning runs, require_reasoning, "
-                      "its grammar once its own tokens close the think tag")
-_REASONING_GRAMMARS = (f"behind a reasoning parser ({_REASONING_WRAPPER}), needles among co-runners with grammars "
-                       "behind reasoning, grammars alone and none: 0 of 15 divergent, default SGLang 1 of 15 "
-                       f"({_SUITE} t, {_SURFACE_RUN}, --reasoning-parser qwen3)")
+_REASONING_GRAMMARS = ("behind a reasoning parser (SGLang's reasoning wrapper: no mask while the request's own "
+                       "reasoning runs, require_reasoning, its grammar once its own tokens close the think tag), "
+                       "needles among co-runners with grammars behind reasoning, grammars alone and none: 0 of 15 "
+                       f"divergent, default SGLang 1 of 15 ({_SUITE} t, {_SURFACE_RUN}, --reasoning-parser qwen3)")
+_REASONING_TOOL = ("behind a reasoning parser the same wrapper, scenario t's needle that reasons and then calls a tool "
+                   "(a format-form structural tag) among co-runners that do, with grammars behind reasoning and none "
+                   f"({_SUITE} t, {_SURFACE_RUN}, --reasoning-parser qwen3)")
 _TOPK_EVIDENCE = ("needles asking 1 to 20 top-k logprobs per position (prompt top-k among them, chosen "
                   "token_ids_logprob, a regex needle whose disallowed tokens tie at -inf) among co-runners asking "
                   "0 to 64: 0 of 8 divergent, default SGLang 7 of 8, overlap proven (67 running >= 8) "
@@ -159,7 +161,7 @@ PARAMETERS: tuple[Param, ...] = (
         openai="response_format / tools", accepts=Optional[StrictStr]),
     _sp("regex", VERIFIED, f"{_GRAMMAR}; {_GRAMMARS}; {_REASONING_GRAMMARS}", accepts=Optional[StrictStr]),
     _sp("ebnf", VERIFIED, f"{_GRAMMAR}; {_GRAMMARS}; {_REASONING_GRAMMARS}", accepts=Optional[StrictStr]),
-    _sp("structural_tag", VERIFIED, f"{_GRAMMAR}; {_OPENAI_GRAMMARS}",
+    _sp("structural_tag", VERIFIED, f"{_GRAMMAR}; {_OPENAI_GRAMMARS}; {_REASONING_TOOL}",
         openai="response_format / tools", accepts=Optional[StrictStr]),
     _sp("custom_params", REFUSED, "it feeds custom logit processors", "drop it"),
     _sp("stop_strs", REFUSED, _INTERNAL, "use stop"),
@@ -271,16 +273,9 @@ class Condition:
                 f"Fix: {self.fix}")
 
 
-#: The grammar parameters, each compiled by SGLang's grammar backend: what a condition over grammars names.
-GRAMMAR_PARAMS = ("json_schema", "regex", "ebnf", "structural_tag")
-
-CONDITIONS: tuple[Condition, ...] = (
-    Condition("structural_tag_under_reasoning", "reasoning_parser", ("structural_tag",),
-              "SGLang runs it inside its reasoning wrapper, the path scenario t verified for JSON schemas, regexes "
-              "and EBNF grammars; t's structural-tag needle has not run among co-runners on a GPU yet (queue chunk "
-              "suite-smollm2-reasoning-grammar)",
-              "send it to a server without --reasoning-parser, or drop it", "suite-smollm2-reasoning-grammar"),
-)
+#: Server options that move verified parameters onto a path no GPU run has compared; empty while every such path
+#: is measured (every grammar behind ``--reasoning-parser``: scenario t).
+CONDITIONS: tuple[Condition, ...] = ()
 
 
 class RequestRefused(ValueError):

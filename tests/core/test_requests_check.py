@@ -304,32 +304,18 @@ GRAMMARS = [("json_schema", '{"type": "object"}'), ("regex", "[a-z]+"), ("ebnf",
             ("structural_tag", '{"format": {"type": "const_string", "value": "x"}}')]
 
 
-@pytest.mark.parametrize("name,value", GRAMMARS[:3])
+@pytest.mark.parametrize("name,value", GRAMMARS)
 def test_a_grammar_t_ran_is_served_on_a_server_with_a_reasoning_parser(name, value):
-    """Scenario t verified JSON schemas, regexes and EBNF grammars behind SGLang's reasoning wrapper: no condition
-    holds them back."""
-    assert all(name not in c.params for c in requests_check.CONDITIONS)
+    """Scenario t verified JSON schemas, regexes, EBNF grammars and structural tags behind SGLang's reasoning
+    wrapper: no condition holds them back, and there is nothing of the kind left to measure."""
+    assert requests_check.CONDITIONS == ()
     for options in ({"reasoning_parser": "qwen3"}, {"reasoning_parser": None}, {}):
         requests_check.check({"require_reasoning": True}, {name: value}, options=options)
-    with pytest.raises(ValueError, match=requests_check.MEASURE_OPTION):
-        requests_check.measured_names("grammar_under_reasoning")  # nothing of the kind left to measure
+    for measure in ("grammar_under_reasoning", "structural_tag_under_reasoning"):
+        with pytest.raises(ValueError, match=requests_check.MEASURE_OPTION):
+            requests_check.measured_names(measure)
     with pytest.raises(RequestRefused, match=f"^{name}.*not accepted"):  # still type-checked
         requests_check.check({}, {name: 7}, options={"reasoning_parser": "qwen3"})
-
-
-def test_a_structural_tag_waits_on_t_beside_a_reasoning_parser():
-    """t's first run sent no structural tag, so beside a reasoning parser it stays refused until t's chunk has
-    compared one (``structural_tag_under_reasoning``); without the parser it is verified (scenario r)."""
-    name, value = GRAMMARS[3]
-    reasoning = {"reasoning_parser": "qwen3"}
-    requests_check.check({}, {name: value})
-    requests_check.check({}, {name: value}, options={"reasoning_parser": None})
-    with pytest.raises(RequestRefused, match="^structural_tag .*on a server with --reasoning-parser") as err:
-        requests_check.check({"require_reasoning": True}, {name: value}, options=reasoning)
-    assert "Fix: send it to a server without --reasoning-parser" in str(err.value)
-    measured = frozenset({"structural_tag_under_reasoning"})
-    assert requests_check.measured_names("structural_tag_under_reasoning") == measured
-    requests_check.check({"require_reasoning": True}, {name: value}, options=reasoning, measured=measured)
 
 
 @pytest.mark.parametrize("name,value", GRAMMARS)

@@ -24,9 +24,7 @@ from its plain twin, a banned token never appears, a grammar's output parses (cu
 the grammar accepts; under reasoning, the text after the switch). Servers serve text (``CORUN_SUITE_TEXT=1``); the
 chunks of n-r add ``--tool-call-parser qwen25`` (a forced tool call then becomes a structural tag), t's chunk
 ``--reasoning-parser qwen3``, and a chunk names what it measures that ``--corun`` refuses elsewhere in
-``--corun-measure`` (``CORUN_SUITE_CORUN_ARGS``: t's names ``structural_tag_under_reasoning``, the structural tag
-behind a reasoning parser, which t's first run did not send; its JSON schemas, regexes and EBNF grammars are
-verified there).
+``--corun-measure`` (``CORUN_SUITE_CORUN_ARGS``; no chunk needs it while ``requests_check`` has nothing to measure).
 """
 
 import dataclasses

@@ -61,8 +61,8 @@ def _reasoning_request(**params):
 
 def test_a_grammar_on_a_server_with_a_reasoning_parser_is_served(tokenizer_manager):
     """SGLang wraps grammars in its reasoning wrapper under ``--reasoning-parser``, the path scenario t verified:
-    a ``--corun`` server with a reasoning parser passes a grammar request t ran to the scheduler, type-checked;
-    a structural tag, which t has not run yet, gets a 400 there."""
+    a ``--corun`` server with a reasoning parser passes a grammar request to the scheduler, type-checked, a
+    structural tag (a thinking model's forced tool call) among them."""
     tm = tokenizer_manager(reasoning_parser="qwen3")
     schema = '{"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}'
     _generate(tm, _reasoning_request(json_schema=schema))
@@ -71,9 +71,9 @@ def test_a_grammar_on_a_server_with_a_reasoning_parser_is_served(tokenizer_manag
     assert tm.sent[1].sampling_params.regex == "[a-z]+" and tm.sent[0].require_reasoning
     with pytest.raises(ValueError, match=r"^json_schema \(OpenAI [^)]*\): 7 is not accepted"):
         _generate(tm, _reasoning_request(json_schema=7))
-    with pytest.raises(ValueError, match="^structural_tag .*on a server with --reasoning-parser"):
-        _generate(tm, _reasoning_request(structural_tag='{"format": {"type": "const_string", "value": "x"}}'))
-    assert len(tm.sent) == 2
+    tag = '{"format": {"type": "const_string", "value": "x"}}'
+    _generate(tm, _reasoning_request(structural_tag=tag))
+    assert len(tm.sent) == 3 and tm.sent[2].sampling_params.structural_tag == tag
 
 
 def test_a_condition_refuses_its_parameters_on_a_server_with_its_option_until_measured(tokenizer_manager,
