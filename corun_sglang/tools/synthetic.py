@@ -313,10 +313,15 @@ CHAT_TEMPLATE = (
 )
 
 
+#: JSON's punctuation, digits and literals, each a token of the synthetic vocabulary.
+JSON_TOKENS = ("{", "}", "[", "]", ":", ",", '"', *"0123456789", "-", ".", "true", "false", "null")
+
+
 def write_tokenizer(dest: str | Path, shape: str) -> Path:
     """A word-level tokenizer covering the shape's vocabulary, for the text and chat endpoints.
 
-    Id 0 is ``<unk>``, then ``generate.WORDS`` (the words of its prompts), then ``w<id>`` for every other id;
+    Id 0 is ``<unk>``, then ``generate.WORDS`` (the words of its prompts), then ``JSON_TOKENS`` (so that every
+    JSON schema has an allowed first token and a way to close), then ``w<id>`` for every other id;
     ``<|endoftext|>``, ``<|im_start|>`` and ``<|im_end|>`` sit at the config's
     bos id, bos + 1 and eos id (the last three ids when those fall outside the
     vocabulary). Text is split on whitespace; decoding joins with spaces.
@@ -333,7 +338,8 @@ def write_tokenizer(dest: str | Path, shape: str) -> Path:
     if eos >= vocab:
         bos, eos = vocab - 3, vocab - 1
     special = {bos: "<|endoftext|>", bos + 1: "<|im_start|>", eos: "<|im_end|>"}
-    names = {0: "<unk>", **{1 + i: w for i, w in enumerate(WORDS)}, **special}
+    words = (*WORDS, *JSON_TOKENS)
+    names = {0: "<unk>", **{1 + i: w for i, w in enumerate(words)}, **special}
     table = {names.get(i, f"w{i}"): i for i in range(vocab)}
     tok = Tokenizer(models.WordLevel(vocab=table, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()

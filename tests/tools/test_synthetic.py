@@ -200,3 +200,34 @@ def test_prepare_reuses_a_folder_and_refuses_unknown_weights(tmp_path):
     assert (folder / "config.json").stat().st_mtime_ns == stamp
     with pytest.raises(ValueError, match="in-place"):
         synthetic.prepare(tmp_path / "n", "qwen3-tiny", "random")
+
+
+def _first_tokens(folder, grammar):
+    """The tokens xgrammar (SGLang's grammar backend) allows first under ``grammar``: (kind, value)."""
+    import transformers
+    import xgrammar as xgr
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok.get_vocab()))
+    compiler, (kind, value) = xgr.GrammarCompiler(info), grammar
+    compiled = {"json_schema": compiler.compile_json_schema, "regex": compiler.compile_regex,
+                "ebnf": compiler.compile_grammar}[kind](value)
+    mask = xgr.allocate_token_bitmask(1, info.vocab_size)
+    xgr.GrammarMatcher(compiled).fill_next_token_bitmask(mask)
+    return [tok.convert_ids_to_tokens(i) for i in
+            xgr.testing.bitmask_to_bool_mask(mask, info.vocab_size)[0].nonzero().flatten().tolist()]
+
+
+def test_every_grammar_of_the_request_corpus_can_start_on_the_synthetic_vocabulary(tmp_path, monkeypatch):
+    """The malformed-request check serves the corpus's grammars on synthetic checkpoints: each must allow a first
+    token there (a JSON schema needs JSON's punctuation, which prompt words alone do not give: the control). The
+    structural tag, in its legacy form, lets any text run until its trigger."""
+    from corun_sglang.tools import request_corpus
+
+    synthetic.write_tokenizer(tmp_path / "tok", "qwen3-tiny")
+    grammars = [(k, v) for k, v in request_corpus.GRAMMAR_VALUES.items() if k != "structural_tag"]
+    assert [k for k, v in grammars if not _first_tokens(tmp_path / "tok", (k, v))] == []
+    assert _first_tokens(tmp_path / "tok", ("json_schema", '{"type": "object"}')) == ["{"]
+    monkeypatch.setattr(synthetic, "JSON_TOKENS", ())
+    synthetic.write_tokenizer(tmp_path / "words", "qwen3-tiny")
+    assert _first_tokens(tmp_path / "words", ("json_schema", '{"type": "object"}')) == []
