@@ -60,8 +60,8 @@ SCENARIOS = {
     "s": "prefix-cache hits against cold runs: whole-prompt hits alone, then among co-runners warm, whole, "
          "partial, after eviction, and n = 4 groups",
     "t": "grammars through SGLang's reasoning wrapper (`--reasoning-parser qwen3`): needles thinking unmasked until "
-         "their own tokens close the think tag, then a JSON schema, a regex or an EBNF grammar, among co-runners "
-         "with grammars behind reasoning, grammars alone and none",
+         "their own tokens close the think tag, then a JSON schema, a regex, an EBNF grammar or a tool call's "
+         "structural tag, among co-runners with grammars and tool calls behind reasoning, grammars alone and none",
     "http-verify": "OpenAI completions: alone vs 2 concurrent rounds of 128 (`verify`)",
     "http-chat": "OpenAI chat: alone vs 64 concurrent clients",
     "http-restart": "unseeded requests: before vs after a server restart",
