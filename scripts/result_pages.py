@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Results pages drawn from GPU queue chunks: the demo (``demo.md``) and calibration (``calibration.md``).
+"""Results pages drawn from GPU queue chunks: the demo (``demo.md``), calibration (``calibration.md``) and the
+GPU checks (``checks.md``).
 
 usage: scripts/result_pages.py [RESULTS_DIR]      (default docs/results; ``scripts/gpu_queue.py`` runs it)
 
 Invariants: each page is a pure function of the committed files it names (``demo``: the demo chunk's
 ``demo.json`` and ``chunk.json``; ``calibration``: every ``calibration.json`` under ``calibration/`` and the
-``first_start.json`` of every ``calibrate-*`` chunk); a page whose data is absent is not written.
+``first_start.json`` of every ``calibrate-*`` chunk; ``checks``: the ``chunk.json``, pytest log and ``note.md``
+of every folder under ``checks/``); a page whose data is absent is not written.
 """
 
 from __future__ import annotations
@@ -138,11 +140,66 @@ def calibration_page(results: Path) -> str | None:
     return "\n".join(lines)
 
 
+#: pytest's ``-rA`` summary line of one test, and a ``--durations`` line.
+_OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/\S+?)(?: - (.*))?$")
+_DURATION = re.compile(r"^([0-9.]+)s (?:setup|call|teardown) +(tests/\S+)")
+
+
+def _log_lines(folder: Path) -> list[str]:
+    for path, opener in ((folder / "chunk.log.gz", gzip.open), (folder / "chunk.log", open)):
+        if path.is_file():
+            with opener(path, "rt", errors="replace") as f:
+                return f.read().splitlines()
+    return []
+
+
+def outcomes(lines: list[str]) -> list[tuple[str, str, float, str]]:
+    """Each test of a pytest ``-rA --durations=0`` log: (test, outcome, seconds over its phases, message), in
+    the order of the summary; a test the log names in no summary line (a run cut short) is absent."""
+    seconds: dict[str, float] = {}
+    found: dict[str, tuple[str, str]] = {}
+    for line in lines:
+        if m := _DURATION.match(line):
+            seconds[m.group(2)] = seconds.get(m.group(2), 0.0) + float(m.group(1))
+        elif (m := _OUTCOME.match(line)) and m.group(2) not in found:
+            found[m.group(2)] = (m.group(1), (m.group(3) or "").strip())
+    return [(test, outcome, round(seconds.get(test, 0.0), 1), message) for test, (outcome, message) in found.items()]
+
+
+def checks_page(results: Path) -> str | None:
+    """``checks.md``: every GPU check chunk (``checks/<chunk>/``), its tests' outcomes and its note."""
+    folders = sorted(f for f in (results / "checks").glob("*") if (f / "chunk.json").is_file())
+    if not folders:
+        return None
+    lines = ["# GPU checks", "",
+             "The server-level checks of `--corun` outside the determinism suite: a server starts and serves, bad "
+             "requests get their 4xx while seeded co-runners keep their bits, one configuration gives one "
+             "`system_fingerprint`, a returned seed replays its sample, unseeded requests repeat across a restart, "
+             "and the core determinism test with default SGLang as its negative control. Each section is one GPU "
+             "queue chunk (`scripts/gpu_queue.toml`, `checks-*`), whose folder holds its pytest log, the tests' "
+             "JSON and the servers' logs.", ""]
+    for folder in folders:
+        record = _record(folder)
+        rc = record.get("rc")
+        verdict = "passed" if rc == 0 else "cut by its time limit" if record.get("timed_out") else f"rc {rc}"
+        lines += [f"## {folder.name}", "", f"{verdict}, {record.get('wall_s', '?')} s: {_where(record)} "
+                  f"([checks/{folder.name}/](checks/{folder.name}/)).", "", f"    {record.get('command', '?')}", "",
+                  "| test | outcome | seconds |", "| --- | --- | ---: |"]
+        for test, outcome, secs, message in outcomes(_log_lines(folder)):
+            lines.append(f"| `{test.split('::', 1)[-1]}` | {outcome.lower()}{f': {message}' if message else ''} | "
+                         f"{secs} |")
+        note = folder / "note.md"
+        if note.is_file():
+            lines += ["", " ".join(note.read_text().split())]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def write(results: Path) -> list[str]:
     """Writes the pages whose data is committed; returns their names."""
     written = []
     for name, text in (("demo.md", demo_page(results / "queue" / "demo-smollm2")),
-                       ("calibration.md", calibration_page(results))):
+                       ("calibration.md", calibration_page(results)), ("checks.md", checks_page(results))):
         if text is not None:
             (results / name).write_text(text)
             written.append(name)

@@ -76,3 +76,39 @@ def test_the_demo_page_names_the_calibration_its_corun_server_served(tmp_path):
     (folder / "demo.corun.log.gz").unlink()  # no log, no claim about the calibration
     pages.write(tmp_path)
     assert "f0ea7cc1324859ad" not in (tmp_path / "demo.md").read_text()
+
+
+CHECK_LOG = """tests/gpu/test_server.py::test_starts PASSED [ 50%]
+tests/gpu/test_malformed_on_gpu.py::test_corpus FAILED [100%]
+============================== slowest durations ===============================
+90.37s call     tests/gpu/test_server.py::test_starts
+0.30s setup    tests/gpu/test_server.py::test_starts
+71.90s call     tests/gpu/test_malformed_on_gpu.py::test_corpus
+=========================== short test summary info ============================
+PASSED tests/gpu/test_server.py::test_starts
+FAILED tests/gpu/test_malformed_on_gpu.py::test_corpus - AssertionError: chat-echo got 500
+"""
+
+
+def test_the_checks_page_gives_each_check_chunk_its_tests_outcomes_and_note(tmp_path):
+    folder = tmp_path / "checks" / "checks-server"
+    folder.mkdir(parents=True)
+    (folder / "chunk.json").write_text(json.dumps({"rc": 1, "wall_s": 170.2, "command": "python3 -m pytest x",
+                                                   "gpu": "NVIDIA H100, 1 MiB, GPU-y, 580", "commit": "abc1234ff"}))
+    with gzip.open(folder / "chunk.log.gz", "wt") as f:
+        f.write(CHECK_LOG)
+    (folder / "note.md").write_text("The corpus's\nchat case failed.\n")
+    (tmp_path / "checks" / "empty").mkdir()  # no chunk.json: not a chunk's folder
+    assert pages.write(tmp_path) == ["checks.md"]
+    text = (tmp_path / "checks.md").read_text()
+    assert "## checks-server\n\nrc 1, 170.2 s: NVIDIA H100 (`GPU-y`)" in text and "abc1234" in text
+    assert "| `test_starts` | passed | 90.7 |" in text
+    assert "| `test_corpus` | failed: AssertionError: chat-echo got 500 | 71.9 |" in text
+    assert "The corpus's chat case failed." in text and "## empty" not in text and "    python3 -m pytest x" in text
+
+
+def test_a_cut_run_lists_only_the_tests_its_summary_reached():
+    lines = CHECK_LOG.splitlines()
+    cut = [line for line in lines if not line.startswith("FAILED")]
+    assert [t[:2] for t in pages.outcomes(cut)] == [("tests/gpu/test_server.py::test_starts", "PASSED")]
+    assert pages.outcomes([]) == []
