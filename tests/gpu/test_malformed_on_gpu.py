@@ -5,12 +5,14 @@ streaming or not, batches and ``n > 1``) while eight seeded co-runners decode. T
 serving, every refused case must get a 4xx (a streamed ``/generate`` an error event with a 4xx code),
 every served case a 200, and each co-runner's tokens and logprobs must equal its run alone, bit for bit.
 The server's own running count (its scheduler's load snapshot) must show all eight co-runners
-running while the corpus is sent.
+running while the corpus is sent. The checkpoint (``CORUN_CHECKPOINT``) may be a real model's, SmolLM2 in
+the queue's chunk: its byte-level vocabulary spells whatever a grammar or a forced tool call asks for.
 """
 
 import json
 import os
 import time
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import harness
@@ -54,7 +56,9 @@ def _status(client, case) -> int:
 def test_malformed_requests_get_4xx_and_change_no_co_runner(launch, checkpoint, record):
     server = launch(checkpoint, "--corun", "--served-model-name", MODEL, "--load-snapshot-publish-interval", "1",
                     *SERVER_ARGS, name="malformed", text=True)
-    co_runners = [harness.request(p, 256, 0.8, 300 + i) for i, p in enumerate(generate.token_prompts(8, 64, 512, seed=30))]
+    vocab = min(generate.VOCAB, json.loads((Path(checkpoint) / "config.json").read_text())["vocab_size"])
+    co_runners = [harness.request(p, 256, 0.8, 300 + i)
+                  for i, p in enumerate(generate.token_prompts(8, 64, 512, seed=30, vocab=vocab))]
     try:
         alone = harness.generate(server.url, co_runners, concurrent=False)
         with ThreadPoolExecutor(len(co_runners) + 1) as pool, LoadProbe(server.pid) as probe:
