@@ -219,9 +219,10 @@ def _first_tokens(folder, grammar):
 
 
 def test_every_grammar_of_the_request_corpus_can_start_on_the_synthetic_vocabulary(tmp_path, monkeypatch):
-    """The malformed-request check serves the corpus's grammars on synthetic checkpoints: each must allow a first
-    token there (a JSON schema needs JSON's punctuation, which prompt words alone do not give: the control). The
-    structural tag, in its legacy form, lets any text run until its trigger."""
+    """A server on a synthetic checkpoint can start each of the corpus's grammars: each allows a first token there
+    (a JSON schema needs JSON's punctuation, which prompt words alone do not give: the control). The structural
+    tag, in its legacy form, lets any text run until its trigger. (A word-level vocabulary still cannot spell
+    every string a schema names, so the malformed check itself runs on SmolLM2.)"""
     from corun_sglang.tools import request_corpus
 
     synthetic.write_tokenizer(tmp_path / "tok", "qwen3-tiny")
