@@ -55,12 +55,14 @@
 #                   and packed with co-runners at fixed token counts, also among as many 4-token co-runners as one
 #                   batch holds (bench/prefill_shapes.py, docs/results/prefill_shapes.md)
 #   sampler         the sampler microbenchmark: plain, top-p 0.9 with top-k 50, and top-p 0.9 alone
-#   v2-dense        qwen3-8b, the peers at their best side by side, one KV pool (--max-total-tokens 400000) at
-#                   24 GiB each: STD, STD-flashinfer, BI, CoRun (calibrated) and CoRun-nocal; sharegpt,
+#   v2-dense        qwen3-8b, the peers at their best, one arm at a time with one KV pool of 300,000 tokens
+#                   (60 GiB static: 15.3 of weights, 41.2 of KV at 144 KiB a token; the cap binds on an H100
+#                   and an H200 alike): STD, STD-flashinfer, BI, CoRun (calibrated) and CoRun-nocal; sharegpt,
 #                   azure-conv, fixed-1024-128 at concurrency 16, 64, 256 (10 requests per unit), 3 reps.
 #                   Needs FA3 on the host (STD and BI default to it on Hopper)
 #   v2-dense-open   the same arms and pool, sharegpt, open loop at 2, 4, 8, 16, 32 requests/s (latency vs load)
-#   v2-moe          qwen3-30b-a3b, one arm at a time with one KV pool: STD, BI, CoRun, CoRun-nocal; v2-dense's
+#   v2-moe          qwen3-30b-a3b, one arm at a time with one KV pool of 600,000 tokens (120 GiB static: 56.9 of
+#                   weights, 54.9 of KV at 96 KiB a token): STD, BI, CoRun, CoRun-nocal; v2-dense's
 #                   workloads at concurrency 256
 # SLICE=W1,W2 runs only those workloads of a run.py slice (to split one slice over two GPUs, or to fit a
 # repetition into the GPU time at hand: a repetition is kept only once every arm has run it). One server at a
@@ -86,13 +88,13 @@ for spec in "$@"; do
     echo "== $spec $(date +%T)"
     run=("${base[@]}" --study "$slice")  # a slice's rows form one study of the report
     case "$slice" in
-        v2-dense) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,64,256 --static-gb 24 \
-            --max-total-tokens 400000 --arms STD,STD-flashinfer,BI,CoRun,CoRun-nocal \
+        v2-dense) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 16,64,256 --one-at-a-time --static-gb 60 \
+            --max-total-tokens 300000 --arms STD,STD-flashinfer,BI,CoRun,CoRun-nocal \
             --workloads "$(only sharegpt,azure-conv,fixed-1024-128)" ;;
-        v2-dense-open) "${run[@]}" --shape qwen3-8b --reps 3 --request-rate 2,4,8,16,32 --static-gb 24 \
-            --max-total-tokens 400000 --arms STD,STD-flashinfer,BI,CoRun,CoRun-nocal --workloads "$(only sharegpt)" ;;
+        v2-dense-open) "${run[@]}" --shape qwen3-8b --reps 3 --request-rate 2,4,8,16,32 --one-at-a-time \
+            --static-gb 60 --max-total-tokens 300000 --arms STD,STD-flashinfer,BI,CoRun,CoRun-nocal --workloads "$(only sharegpt)" ;;
         v2-moe) "${run[@]}" --shape qwen3-30b-a3b --reps 3 --concurrency 256 --one-at-a-time --static-gb 120 \
-            --max-total-tokens 800000 --arms STD,BI,CoRun,CoRun-nocal \
+            --max-total-tokens 600000 --arms STD,BI,CoRun,CoRun-nocal \
             --workloads "$(only sharegpt,azure-conv,fixed-1024-128)" ;;
         dense-core) "${run[@]}" --shape qwen3-8b --reps 3 --concurrency 256 \
             --workloads "$(only sharegpt,azure-conv,fixed-1024-128,fixed-64-448)" ;;
