@@ -38,16 +38,19 @@ _CALIBRATION_LINE = re.compile(r"corun calibration(?::| \[[^\]]*\]) (?:serving|f
                                r"calibrating into) \S*/([0-9a-f]{16})\b")
 
 
+def _log_text(log: Path) -> str | None:
+    """A log's text, as ``ingest`` keeps it (``<name>.log.gz``) or as written (``<name>.log``); None if neither."""
+    for path, opener in ((log.with_suffix(".log.gz"), gzip.open), (log, open)):
+        if path.is_file():
+            with opener(path, "rt", errors="replace") as f:
+                return f.read()
+    return None
+
+
 def _served_calibration(folder: Path) -> str | None:
     """The key of the calibration entry the demo's ``--corun`` server served, from its log (plain or gzipped)."""
-    for log in (folder / "demo.corun.log", folder / "demo.corun.log.gz"):
-        if log.is_file():
-            text = (gzip.open(log, "rt", errors="replace") if log.suffix == ".gz" else open(log, errors="replace"))
-            with text:
-                for line in text:
-                    if match := _CALIBRATION_LINE.search(line):
-                        return match.group(1)
-    return None
+    match = _CALIBRATION_LINE.search(_log_text(folder / "demo.corun.log") or "")
+    return match.group(1) if match else None
 
 
 def _calibration_note(folder: Path) -> list[str]:
@@ -93,12 +96,9 @@ def _phases(log: Path) -> str:
     sys.path.insert(0, str(ROOT))
     from bench.first_start import phases
 
-    for path, opener in ((log.with_suffix(".log.gz"), gzip.open), (log, open)):
-        if path.is_file():
-            with opener(path, "rt", errors="replace") as f:
-                found = phases(f.read())
-            return "-" if found is None else " / ".join(str(found.get(k, "-")) for k in ("server", "pack", "tiers"))
-    return "-"
+    text = _log_text(log)
+    found = None if text is None else phases(text)
+    return "-" if found is None else " / ".join(str(found.get(k, "-")) for k in ("server", "pack", "tiers"))
 
 
 def calibration_page(results: Path) -> str | None:
@@ -145,14 +145,6 @@ _OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/\S+?)(
 _DURATION = re.compile(r"^([0-9.]+)s (?:setup|call|teardown) +(tests/\S+)")
 
 
-def _log_lines(folder: Path) -> list[str]:
-    for path, opener in ((folder / "chunk.log.gz", gzip.open), (folder / "chunk.log", open)):
-        if path.is_file():
-            with opener(path, "rt", errors="replace") as f:
-                return f.read().splitlines()
-    return []
-
-
 def outcomes(lines: list[str]) -> list[tuple[str, str, float, str]]:
     """Each test of a pytest ``-rA --durations=0`` log: (test, outcome, seconds over its phases, message), in
     the order of the summary; a test the log names in no summary line (a run cut short) is absent."""
@@ -185,7 +177,7 @@ def checks_page(results: Path) -> str | None:
         lines += [f"## {folder.name}", "", f"{verdict}, {record.get('wall_s', '?')} s: {_where(record)} "
                   f"([checks/{folder.name}/](checks/{folder.name}/)).", "", f"    {record.get('command', '?')}", "",
                   "| test | outcome | seconds |", "| --- | --- | ---: |"]
-        for test, outcome, secs, message in outcomes(_log_lines(folder)):
+        for test, outcome, secs, message in outcomes((_log_text(folder / "chunk.log") or "").splitlines()):
             lines.append(f"| `{test.split('::', 1)[-1]}` | {outcome.lower()}{f': {message}' if message else ''} | "
                          f"{secs} |")
         note = folder / "note.md"

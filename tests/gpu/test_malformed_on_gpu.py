@@ -12,8 +12,8 @@ the queue's chunk: its byte-level vocabulary spells whatever a grammar or a forc
 import json
 import os
 import time
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import harness
 import httpx
