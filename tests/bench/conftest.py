@@ -108,11 +108,11 @@ def _streaming_server(log=None, capacity=None, cumulative=False, info=None, cach
                     now = time.strftime("%Y-%m-%d %H:%M:%S")
                     with open(log, "a") as f:
                         f.write(DECODE_LINE.format(now, 1, 1.0) + DECODE_LINE.format(now, 2, 200.0))
+                with lock:  # cached before the reply ends, so the client's next turn always finds it
+                    kept.append(list(prompt) + [(base + j) % 1000 for j in range(1, n + 1)])
                 chunk("data: [DONE]\n\n")
                 self.wfile.write(b"0\r\n\r\n")
                 self.server.finished += 1
-                with lock:
-                    kept.append(list(prompt) + [(base + j) % 1000 for j in range(1, n + 1)])
             except OSError:  # the client dropped the request
                 self.server.dropped += 1
 
