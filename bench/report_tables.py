@@ -262,22 +262,25 @@ MATRIX_CONCURRENCY = 256
 
 
 def coverage_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
-    """Markdown: per matrix cell (shape, workload), the studies that ran STD, BI and CoRun in one
-    repetition at concurrency 256, and how many repetitions hold all three; "not yet" where none did."""
-    lines = ["| shape | workload | studies (repetitions with STD, BI and CoRun) |", "| --- | --- | --- |"]
+    """Markdown: per matrix cell (shape, workload) and peer (STD, BI), the studies that ran CoRun and that
+    peer in one repetition at concurrency 256, with how many repetitions hold the pair; "not yet" where
+    none did. A pair is what every ratio is paired within, so a study of STD and CoRun and a study of BI
+    and CoRun cover a cell as one study of all three does."""
+    peers = [arm for arm in ARMS if arm != "CoRun"]
+    lines = ["| shape | workload | " + " | ".join(f"CoRun with {p}: studies (repetitions)" for p in peers) + " |",
+             "| --- | --- |" + " --- |" * len(peers)]
     for shape in MATRIX_SHAPES:
         for w in workloads.ALL:
-            found = []
+            found = {p: [] for p in peers}
             for study, (rows, _) in groups.items():
-                mine = [r for r in rows if (r["shape"], r["workload"], r["concurrency"]) ==
-                        (shape, w, MATRIX_CONCURRENCY) and r["arm"] in ARMS]
                 arms_of = collections.defaultdict(set)
-                for r in mine:
-                    arms_of[r["rep"]].add(r["arm"])
-                whole = sum(set(ARMS) <= got for got in arms_of.values())
-                if whole:
-                    found.append(f"{study or '-'} ({whole})")
-            lines.append(f"| {shape} | {w} | {', '.join(found) or 'not yet'} |")
+                for r in rows:
+                    if (r["shape"], r["workload"], r["concurrency"]) == (shape, w, MATRIX_CONCURRENCY):
+                        arms_of[r["rep"]].add(r["arm"])
+                for p in peers:
+                    if whole := sum({"CoRun", p} <= got for got in arms_of.values()):
+                        found[p].append(f"{study or '-'} ({whole})")
+            lines.append(f"| {shape} | {w} | " + " | ".join(", ".join(found[p]) or "not yet" for p in peers) + " |")
     return lines
 
 

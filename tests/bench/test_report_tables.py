@@ -38,15 +38,20 @@ def test_report_counts_the_requests_every_repetition_reproduced(bench_row):
         "| s | qwen3-8b | sharegpt | 256 | BI | 3 | 2 | 2 of 3 | 2 of 3 (2) |"]
 
 
-def test_report_covers_the_matrix_cell_by_cell(bench_row):
+def test_report_covers_the_matrix_cell_by_cell_and_peer_by_peer(bench_row):
     rows = [bench_row(arm, rep, "sharegpt", 1000) for arm in report_rows.ARMS for rep in range(3)]
     rows += [bench_row(arm, 0, "fixed-1024-128", 1000) for arm in report_rows.ARMS] + [bench_row("STD", 1, "fixed-1024-128", 900)]
     pair = [bench_row(arm, rep, "azure-conv", 1000) for arm in ("STD", "CoRun") for rep in range(3)]
-    lines = report_tables.coverage_table({"core": (rows, report_rows.cells(rows)), "pair": (pair, report_rows.cells(pair))})
-    assert "| qwen3-8b | azure-conv | not yet |" in lines  # without BI, no cell of the matrix
-    assert "| qwen3-8b | sharegpt | core (3) |" in lines
-    assert "| qwen3-8b | fixed-1024-128 | core (1) |" in lines  # repetition 1 ran STD alone
-    assert "| qwen3-8b | fixed-4096-2048 | not yet |" in lines and "| qwen3-30b-a3b | sharegpt | not yet |" in lines
+    bi = [bench_row(arm, rep, "azure-conv", 1000) for arm in ("BI", "CoRun") for rep in range(2)]
+    stray = [bench_row("BI", 0, "blazedit-synthetic", 1000), bench_row("STD", 0, "blazedit-synthetic", 1000)]
+    lines = report_tables.coverage_table({name: (r, report_rows.cells(r)) for name, r in
+                                          (("core", rows), ("pair", pair), ("bi", bi), ("stray", stray))})
+    assert lines[0] == "| shape | workload | CoRun with STD: studies (repetitions) | CoRun with BI: studies (repetitions) |"
+    assert "| qwen3-8b | sharegpt | core (3) | core (3) |" in lines
+    assert "| qwen3-8b | fixed-1024-128 | core (1) | core (1) |" in lines  # repetition 1 ran STD alone
+    assert "| qwen3-8b | azure-conv | pair (3) | bi (2) |" in lines  # two studies, one pair each
+    assert "| qwen3-8b | blazedit-synthetic | not yet | not yet |" in lines  # no CoRun: no pair
+    assert "| qwen3-30b-a3b | sharegpt | not yet | not yet |" in lines
     assert len(lines) == 2 + 2 * len(workloads.ALL)
 
 
