@@ -183,22 +183,6 @@ def paired_ratios(rows: list[dict], key: tuple, num: str, den: str, field: str =
             if arm == num and by.get((num, rep)) and by.get((den, rep))]
 
 
-def is_moe(shape: str) -> bool:
-    return "moe" in shape or "a3b" in shape
-
-
-def bi_slower_elsewhere(groups: dict[str, tuple[list[dict], dict]]) -> dict[tuple, float]:
-    """Per cell (shape, workload, concurrency), the median over the studies that ran both of their paired
-    BI/STD: whether BI is slower than STD in a study that ran no STD arm is judged by them (its ratios
-    stay within it)."""
-    seen = collections.defaultdict(list)
-    for rows, c in groups.values():
-        for key in {k[:3] for k in c}:
-            if (value := paired(rows, key, "BI", "STD")) is not None:
-                seen[key].append(value[0])
-    return {key: statistics.median(values) for key, values in seen.items()}
-
-
 def reproduced(rows: list[dict]) -> int:
     """The requests whose output digests are identical, and present, in every one of ``rows``."""
     return sum(d[0] is not None and len(set(d)) == 1 for d in zip(*(r["output_digests"] for r in rows)))
