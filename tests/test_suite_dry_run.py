@@ -34,6 +34,7 @@ No GPU and no model: this proves the scenario's plumbing (what it sends, in whic
 and counts), not SGLang's bits.
 """
 
+import gc
 import hashlib
 import importlib.util
 import json
@@ -208,6 +209,7 @@ def _serve(kind: str, pool: int, snapshots: str, ready) -> None:
     own writer, at ``snapshots``), sends its port through ``ready`` and serves until killed."""
     from sglang.srt.managers.load_snapshot import LoadSnapshot, ShmLoadSnapshotWriter
 
+    gc.freeze()  # the test session's heap, inherited by the fork, stays out of this process's collections
     cache, lock = Cache(kind, pool), threading.Lock()
     running, arrived, aborted = [0], [0.0], set()
     writer = ShmLoadSnapshotWriter(snapshots, dp_size=1, dp_rank=0)
@@ -466,8 +468,14 @@ class StandIn:
 @pytest.fixture
 def standins(tmp_path, monkeypatch):
     """``start({arm: kind})``: a stand-in per arm, as the suite's ``arms`` fixture hands them to a scenario; the
-    rows go to ``tmp_path`` (``CORUN_RESULTS``)."""
+    rows go to ``tmp_path`` (``CORUN_RESULTS``).
+
+    The heap the test session has built is frozen (``gc.freeze``) while the stand-ins serve, here and in every
+    stand-in forked from here: late in a full run a collection of it takes most of a second, and one that stalls the
+    client or a stand-in in the middle of a burst runs part of the burst alone, so the scenario would find its
+    overlap unproven for a reason that is not the server's."""
     monkeypatch.setenv("CORUN_RESULTS", str(tmp_path))
+    gc.freeze()
     started = []
 
     checkpoint = tmp_path / "checkpoint"  # what a scenario reads of the model: its EOS
@@ -489,6 +497,7 @@ def standins(tmp_path, monkeypatch):
     yield start
     for s in started:
         s.stop()
+    gc.unfreeze()
 
 
 def _rows(folder: Path, name: str) -> list[dict]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 
 import httpx
@@ -81,12 +82,22 @@ def _one(client: httpx.Client, url: str, item: Item) -> list[Sent]:
 
 def send(url: str, items: list[Item], concurrent: bool = True) -> list[Sent]:
     """Send ``items``; their outputs in item order (an ``n > 1`` request's samples as keys ``key#i``). One client,
-    with a connection per item, serves them all: each thread only posts, so a burst leaves the client at once."""
+    with a connection per item, serves them all: each thread only posts, so a burst leaves the client at once.
+
+    All at once means every item's thread is up before any posts (a barrier): a burst's first request never
+    reaches the server while the client is still starting the threads of the rest, which on a loaded client can
+    take longer than that request runs alone."""
     limits = httpx.Limits(max_connections=len(items) + 1, max_keepalive_connections=len(items) + 1)
     with httpx.Client(timeout=900, limits=limits) as client:
         if not concurrent:
             return [s for item in items for s in _one(client, url, item)]
-        return [s for group in together(lambda it: _one(client, url, it), items) for s in group]
+        ready = threading.Barrier(max(1, len(items)))
+
+        def post(item: Item) -> list[Sent]:
+            ready.wait(timeout=120)
+            return _one(client, url, item)
+
+        return [s for group in together(post, items) for s in group]
 
 
 def generate(url: str, requests: list[dict], concurrent: bool = True) -> list[Generation]:
