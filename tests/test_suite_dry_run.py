@@ -471,9 +471,9 @@ def standins(tmp_path, monkeypatch):
     rows go to ``tmp_path`` (``CORUN_RESULTS``).
 
     The heap the test session has built is frozen (``gc.freeze``) while the stand-ins serve, here and in every
-    stand-in forked from here: late in a full run a collection of it takes most of a second, and one that stalls the
-    client or a stand-in in the middle of a burst runs part of the burst alone, so the scenario would find its
-    overlap unproven for a reason that is not the server's."""
+    stand-in forked from here: late in a full run a collection of it takes about half a second, longer than a lone
+    request's hold, and one that stalls the client or a stand-in in the middle of a burst runs part of the burst
+    alone, so the scenario would find its overlap unproven for a reason that is not the server's."""
     monkeypatch.setenv("CORUN_RESULTS", str(tmp_path))
     gc.freeze()
     started = []
