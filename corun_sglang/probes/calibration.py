@@ -74,8 +74,11 @@ PREFILL_GRAPH_FLAGS = ("--disable-prefill-cuda-graph", "--cuda-graph-backend-pre
 
 
 def tier_candidates(n: int) -> list[int]:
-    """The decode graph sizes calibration verifies below N: its quarters (at least 8)."""
-    return sorted({q for q in (n // 4, n // 2, 3 * n // 4) if 8 <= q < n})
+    """The decode graph sizes calibration verifies below N: its quarters and 9N/32 (down to a multiple of 8),
+    those of at least 8. 9N/32 is 72 at N = 256, the smallest size whose narrow decode GEMMs (4,096 outputs or
+    fewer per rank) cuBLAS sums in the 256-row order on the Qwen3-8B and Qwen3-30B-A3B shapes: at 64 rows and
+    fewer it runs another kernel (docs/results/gemm_tiers.md), so there N/4 fails and 72 is the smallest tier."""
+    return sorted({q for q in (n // 4, 9 * n // 32 // 8 * 8, n // 2, 3 * n // 4) if 8 <= q < n})
 
 
 def _chooses_prefill_graph(cuda_graph_config: str) -> bool:

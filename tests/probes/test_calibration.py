@@ -18,8 +18,10 @@ from corun_sglang.core import errors
 ENV = {"gpu": "NVIDIA H200"}
 
 
-def test_tier_candidates_are_the_quarters_of_n():
-    assert calibration.tier_candidates(256) == [64, 128, 192]
+def test_tier_candidates_are_the_quarters_of_n_and_nine_32nds():
+    assert calibration.tier_candidates(256) == [64, 72, 128, 192]
+    assert calibration.tier_candidates(512) == [128, 144, 256, 384]
+    assert calibration.tier_candidates(128) == [32, 64, 96]
     assert calibration.tier_candidates(64) == [16, 32, 48]
     assert calibration.tier_candidates(16) == [8, 12]
     assert calibration.tier_candidates(8) == []
