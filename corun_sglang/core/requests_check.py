@@ -91,9 +91,10 @@ def _rq(name, status, note, fix="", openai="", accepts=None, measure=""):
 
 _DROP = "drop it, or serve this request without --corun"
 _SURFACE_RUN = "SmolLM2-135M-Instruct on an H100"
+_GRAMMAR_RUN = "SmolLM2-135M-Instruct on an H200"
 _PENALTY = ("row-local under --corun (a penalizer row counts the request's own earlier outputs, fed at each step's "
             "launch: adapters.penalties); needles with each penalty and all three among co-runners with other "
-            "penalties and none, arriving as they ran: 0 of 12 divergent, default SGLang 12 of 12 "
+            "penalties and none, arriving as they ran: 0 of 12 divergent, default SGLang 11 of 12 "
             f"({_SUITE} o, {_SURFACE_RUN})")
 _MIN_BIAS = ("needles with min_new_tokens against a boosted EOS, and biases that ban or boost tokens, among "
              "co-runners with other minimums and biases and none: 0 of 8 divergent, default SGLang 4 of 8 "
@@ -102,17 +103,17 @@ _GRAMMAR = ("row-local (the grammar backend, xgrammar, fills the request's own b
             "token is accepted, SGLang delaying a grammar batch's sampling for that, and sets that row's "
             "disallowed logits to -inf)")
 _GRAMMARS = ("needles with a JSON schema, a regex and an EBNF grammar among co-runners with other grammars and "
-             f"none: 0 of 12 divergent, default SGLang 3 of 12 ({_SUITE} q, {_SURFACE_RUN})")
+             f"none: 0 of 12 divergent, default SGLang 3 of 12 ({_SUITE} q, {_GRAMMAR_RUN})")
 _OPENAI_GRAMMARS = ("the openai client's forced tool calls (tools with a forced tool_choice, a structural tag under "
                     "--tool-call-parser) and a JSON-schema response_format, alone vs among 48 concurrent clients "
-                    f"and 64 others: 0 of 10 divergent, default SGLang 6 of 10 ({_SUITE} r, {_SURFACE_RUN})")
+                    f"and 64 others: 0 of 10 divergent, default SGLang 7 of 10 ({_SUITE} r, {_GRAMMAR_RUN})")
 _REASONING_GRAMMARS = ("behind a reasoning parser (SGLang's reasoning wrapper: no mask while the request's own "
                        "reasoning runs, require_reasoning, its grammar once its own tokens close the think tag), "
-                       "needles among co-runners with grammars behind reasoning, grammars alone and none: 0 of 15 "
-                       f"divergent, default SGLang 1 of 15 ({_SUITE} t, {_SURFACE_RUN}, --reasoning-parser qwen3)")
+                       "needles among co-runners with grammars behind reasoning, grammars alone and none: 0 of 18 "
+                       f"divergent, default SGLang 7 of 18 ({_SUITE} t, {_GRAMMAR_RUN}, --reasoning-parser qwen3)")
 _REASONING_TOOL = ("behind a reasoning parser the same wrapper, scenario t's needle that reasons and then calls a tool "
                    "(a format-form structural tag) among co-runners that do, with grammars behind reasoning and none "
-                   f"({_SUITE} t, {_SURFACE_RUN}, --reasoning-parser qwen3)")
+                   f"({_SUITE} t, {_GRAMMAR_RUN}, --reasoning-parser qwen3)")
 _TOPK_EVIDENCE = ("needles asking 1 to 20 top-k logprobs per position (prompt top-k among them, chosen "
                   "token_ids_logprob, a regex needle whose disallowed tokens tie at -inf) among co-runners asking "
                   "0 to 64: 0 of 8 divergent, default SGLang 7 of 8, overlap proven (67 running >= 8) "
