@@ -162,7 +162,7 @@ def profiled(out: Path, shape: str, loads: list[int]) -> set[str]:
     return {arm for arm, got in have.items() if set(loads) <= got}
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_options(parser, out="docs/results/bench/step_profile.jsonl",
                        server_args="--attention-backend flashinfer --incremental-streaming-output")
@@ -181,6 +181,11 @@ def main(argv=None) -> int:
                         help="extra server options for one arm (repeatable), as in bench/run.py")
     parser.add_argument("--arm-env", action="append", default=[], metavar="ARM=NAME=VALUE",
                         help="an environment variable for one arm's server (repeatable), as in bench/run.py")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     from corun_sglang.records.record import TiersRecord

@@ -481,7 +481,8 @@ def suite_notes(suite: Path) -> list[str]:
 
 def regenerate() -> None:
     """The pages recounted from every chunk committed so far: the determinism report from the suite chunks'
-    per-request rows, the benchmarks v2 summary from their runs."""
+    per-request rows, the benchmarks v2 summary from their runs, and its profiles page from their step
+    profiles (``bench/v2/*/step_profile.jsonl``)."""
     subprocess.run([sys.executable, str(ROOT / "scripts" / "result_pages.py"), str(RESULTS)], cwd=ROOT, check=False)
     suite = RESULTS / "suite"
     if list(suite.rglob("requests.jsonl")):
@@ -493,8 +494,10 @@ def regenerate() -> None:
     if runs:
         merged = RESULTS / "bench" / "v2" / "runs.jsonl"
         merged.write_text("".join(r.read_text() for r in runs))
+        profiles = [arg for p in sorted((RESULTS / "bench" / "v2").glob("*/step_profile.jsonl"))
+                    for arg in ("--step-profile", str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p))]
         subprocess.run([sys.executable, "-m", "bench.report", str(merged), "--out", str(RESULTS / "benchmarks_v2.md"),
-                        "--plots", str(RESULTS / "bench" / "v2")], cwd=ROOT, check=False)
+                        "--plots", str(RESULTS / "bench" / "v2"), *profiles], cwd=ROOT, check=False)
 
 
 def pages(chunks: list[Chunk], records: dict[str, dict | None], runtime: str) -> str:

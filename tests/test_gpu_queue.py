@@ -298,6 +298,13 @@ def _check_bench(chunk, argv: list[str]) -> set[str]:
             uses |= _server([*module.ARMS[arm], *extra[arm], "--tp-size", str(args.tp_size), *shared],
                             f"{chunk.id} {arm}")
         return uses
+    if argv[0] == "bench.step_profile":
+        arms = module.run.arms_of(parser, args.arms)
+        extra = module.run.arm_args(args.arm_args, arms)
+        for arm in arms:
+            uses |= _server([*module.run.ARMS[arm], *extra[arm], "--max-running-requests",
+                             str(args.max_running_requests), *shared], f"{chunk.id} {arm}")
+        return uses
     if argv[0] == "bench.first_start":
         return uses | _server(["--corun", *shared], chunk.id)
     return uses | _server(["--prefill-max-requests", "1", *shared], chunk.id)  # bench.prefix_grid
@@ -401,3 +408,19 @@ def test_a_call_is_measured_in_disk_blocks(tmp_path, monkeypatch):
     assert [len(c) for c in calls] == [4, 4, 2]
     big = queue.plan_calls([(Path("w"), "", 10_000)], capacity=4096 * 2, block=4096)
     assert [sum(p.size for p in c) for c in big] == [8192, 1808]
+
+
+def test_regenerate_tables_every_chunks_step_profile_on_the_profiles_page(tmp_path, monkeypatch):
+    bench = ROOT / "docs" / "results" / "bench"
+    run = tmp_path / "bench" / "v2" / "dense-sharegpt-r0"
+    run.mkdir(parents=True)
+    shutil.copy(bench / "v2" / "dense-sharegpt-r0" / "runs.jsonl", run / "runs.jsonl")
+    profile = tmp_path / "bench" / "v2" / "profile-dense-steps"
+    profile.mkdir()
+    shutil.copy(bench / "step_profile.jsonl", profile / "step_profile.jsonl")
+    monkeypatch.setattr(queue, "RESULTS", tmp_path)
+    queue.regenerate()
+    page = (tmp_path / "bench" / "v2" / "profiles.md").read_text()
+    assert str(profile / "step_profile.jsonl") in page
+    assert "| qwen3-8b | 256 | CoRun |" in page
+    assert "profiles.md" in (tmp_path / "benchmarks_v2.md").read_text()
