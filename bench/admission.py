@@ -2,8 +2,8 @@
 
 No GPU and no server: a closed-loop client keeps ``--concurrency`` requests outstanding, and each
 scheduler pass either runs one prefill, admitted as a ``--corun`` server admits it (in queue order up to
-the first refusal: ``packing.next_prefill``, the policy ``packing.cut_short`` applies), or one decode
-step in which every running request emits a token. With ``--wait W``, a prefill ``packing.cut_short``
+the first refusal: ``packing.next_prefill``, the policy ``packing.waits`` applies), or one decode
+step in which every running request emits a token. With ``--wait W``, a prefill ``packing.waits``
 flags is skipped for up to W passes, as ``--corun-prefill-pack-wait W`` does. Passes have no duration
 here: the output counts prefills by kind, the padding tokens the packs run beyond their prompts
 (``packing.replay_tokens``), and decode steps, which a server's log prices.
@@ -52,7 +52,7 @@ def replay(pairs: list[tuple[int, int]], pool: int, pack: int, least: int, max_r
             sent, outstanding = sent + 1, outstanding + 1
         held = [reserved[i] for i in running]
         queue = [(pairs[i][0], 0, reserved[i]) for i in waiting]
-        if wait and waited < wait and running and packing.cut_short(queue, held, pool, max_running, pack, least):
+        if wait and waited < wait and running and packing.waits(queue, held, pool, max_running, pack, least):
             waited += 1
         else:
             waited = 0

@@ -120,7 +120,7 @@ def batch_size(args: Any) -> int:
 class Records:
     """The decode tiers and the prefill pack a server serves: verified records (``record.TiersRecord``,
     ``record.PackRecord``, given or calibrated) or unverified candidates (for the probes), and how long a
-    pack the KV pool cuts short waits. Nothing given: plain N and isolated prefill."""
+    pack waits for more prompts (``packing.waits``). Nothing given: plain N and isolated prefill."""
 
     tier_record: Any = None
     tier_candidates: tuple[int, ...] = ()
@@ -306,7 +306,7 @@ class CorunConfig:
             return f"prefill {self.prefill_requests_per_batch} request/batch"
         verified = ("verified by --corun-prefill-pack" if self.prefill_pack_verified
                     else "UNVERIFIED pack candidate, not deterministic")
-        wait = (f", a pack the KV pool cuts short waits up to {self.prefill_pack_wait} decode steps"
+        wait = (f", a pack cut short or underfilled waits up to {self.prefill_pack_wait} decode steps"
                 if self.prefill_pack_wait else "")
         fa3 = ", on FlashInfer's FA3 prefill only" if self.prefill_pack_kernel == "fa3" else ""
         return (f"prefill 1 request/batch or packed: prompts of {self.prefill_pack_shortest}-{self.prefill_pack} "

@@ -18,9 +18,10 @@ Invariants:
   kernel (``corun_sglang.serving.kernel_probe``) every tile has a fixed row count, so any prompt packs (``shortest`` 1);
   on another, ``shortest`` keeps a packed batch's mean packed query length (prompt tokens times the
   GQA group) above ``QUERY_TILE_ROWS``, where FA2's plan picks its widest query tile;
-- with ``--corun-prefill-pack-wait W``, a pack that full-sequence admission would cut short (``cut_short``)
-  waits up to W decode steps for finishing requests to free KV: which prompts share a prefill changes,
-  never the shape any of them runs at;
+- with ``--corun-prefill-pack-wait W``, a pack waits up to W decode steps (``waits``) where full-sequence
+  admission would cut it short (``cut_short``: finishing requests free KV and slots) or where, with at least
+  half of N running, the queue leaves it under ``FILL`` of its tokens (``underfilled``: finishing requests
+  send more prompts): which prompts share a prefill changes, never the shape any of them runs at;
 - a server packs only with a record (``corun_sglang.records.record.PackRecord``) that ``corun-sglang verify-prefill-pack``
   wrote in an environment equal to its own (``corun_sglang.records.environment.environment``), or, unverified and
   making no determinism promise, for that verification (``--corun-prefill-pack-candidate``).
@@ -39,6 +40,9 @@ QUERY_TILE_ROWS = 64
 
 #: Pack sizes below this would leave too little room to pack (and ``shortest`` can reach 65 tokens).
 MIN_PACK = 128
+
+#: The share of a pack's tokens below which a pack on a loaded server waits for more prompts (``underfilled``).
+FILL = 0.75
 
 
 class PackingError(errors.RecordError):
@@ -106,6 +110,32 @@ def cut_short(waiting: Iterable[tuple[int, int, int]], running: list[int], pool_
     nothing is admitted."""
     admitted, refused = next_prefill(waiting, running, pool_tokens, max_running, pack, least)
     return admitted > 0 and refused
+
+
+def underfilled(waiting: Iterable[tuple[int, int, int]], running: list[int], pool_tokens: int, max_running: int,
+                pack: int, least: int) -> bool:
+    """Whether the queue leaves the next prefill pack under ``FILL`` of its tokens on a loaded server: it admits
+    every waiting prompt, the first packable, in fewer than ``FILL * pack`` tokens, while at least half of N run.
+
+    There each request that finishes sends the next prompt (a client holding N requests in flight sends one
+    as each ends), so packs would hold one prompt each, every one padded to the pack and stalling every
+    running request's decode for as long as a full pack. False when nothing is admitted, a waiting prompt is
+    left out (refused, or it does not join), or fewer than N/2 run, where a prefill stalls little."""
+    waiting = list(waiting)
+    admitted, refused = next_prefill(waiting, running, pool_tokens, max_running, pack, least)
+    if not admitted or refused or admitted < len(waiting) or 2 * len(running) < max_running:
+        return False
+    first_len, first_prefix, _ = waiting[0]
+    return packable(first_len, first_prefix, pack, least) and sum(n for n, _, _ in waiting) < FILL * pack
+
+
+def waits(waiting: Iterable[tuple[int, int, int]], running: list[int], pool_tokens: int, max_running: int,
+          pack: int, least: int) -> bool:
+    """Whether the next prefill pack waits a decode step for more prompts (``--corun-prefill-pack-wait``):
+    admission cuts it short (``cut_short``) or the queue leaves it underfilled (``underfilled``)."""
+    waiting = list(waiting)
+    return (cut_short(waiting, running, pool_tokens, max_running, pack, least)
+            or underfilled(waiting, running, pool_tokens, max_running, pack, least))
 
 
 def graph_counts(counts: Iterable[int], pack: int) -> list[int]:

@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 MODES = ("auto", "off", "force")
 #: The prefill pack calibrated: the token count verified on both Qwen3 shapes (docs/prefill_packing.md).
 PACK = 1024
-#: Decode steps a pack the KV pool cuts short may wait when calibration serves the pack.
+#: Decode steps a pack may wait for more prompts when calibration serves the pack (``packing.waits``).
 PACK_WAIT = 32
 #: Bumped when an entry's layout or what calibration verifies changes: older entries are not read.
 FORMAT = 1

@@ -238,8 +238,9 @@ HOOKS: tuple[Hook, ...] = (
         "sglang.srt.managers.scheduler.Scheduler.get_new_batch_prefill",
         HookType.AROUND,
         admission.prefill_wait,
-        why="`--corun-prefill-pack-wait W`: a pack that full-sequence admission would cut short waits up to W "
-            "decode steps, so waiting prompts are admitted a pack at a time; tokens and logprobs are unaffected.",
+        why="`--corun-prefill-pack-wait W`: a pack that full-sequence admission would cut short, or that the queue "
+            "leaves underfilled while at least half of N run, waits up to W decode steps, so waiting prompts are "
+            "admitted a pack at a time; tokens and logprobs are unaffected.",
         sglang="Runs a prefill as soon as one waiting request fits, admitting prompts one at a time as KV frees; "
                "its prefill delayer (`--enable-prefill-delayer`) waits on data-parallel balance, token usage and "
                "queue length only.",

@@ -77,9 +77,10 @@ class CorunServerArgs(SGLangServerArgs):
     ] = None
     corun_prefill_pack_wait: A[
         int,
-        "With --corun-prefill-pack: a prefill pack that the KV pool would cut short (a waiting prompt "
-        "would join it but its whole sequence does not fit yet) waits up to this many decode steps for "
-        "finishing requests to free KV, so waiting prompts are admitted a pack at a time rather than one "
+        "With --corun-prefill-pack: a prefill pack waits up to this many decode steps for more prompts "
+        "where admission would cut it short (a waiting prompt would join it but its whole sequence or its "
+        "slot is not free yet) or, while at least half of --max-running-requests run, where the queue "
+        "leaves it under three quarters full, so prompts are admitted a pack at a time rather than one "
         "at a time: fewer prefill iterations, for a queued prompt's time to first token. Tokens and "
         "logprobs are unaffected. 0: never waits.",
     ] = 0

@@ -60,6 +60,25 @@ def test_a_pack_is_cut_short_only_where_kv_refuses_a_prompt_that_would_join_it()
     assert not packing.cut_short([(100, 50, 200)], [], **full)
 
 
+def test_a_pack_is_underfilled_where_the_queue_ends_below_the_fill_on_a_loaded_server():
+    loaded = dict(pool_tokens=100_000, max_running=8, pack=1024, least=17)
+    half = [10] * 4  # N/2 running
+    assert packing.underfilled(_queue(300, 400), half, **loaded)  # 700 < 768: the queue ends first
+    assert not packing.underfilled(_queue(300, 500), half, **loaded)  # 800 >= 768: filled enough
+    assert not packing.underfilled(_queue(300, 400), [10] * 3, **loaded)  # fewer than N/2 run
+    assert not packing.underfilled(_queue(2000), half, **loaded)  # a long prompt runs alone
+    assert not packing.underfilled(_queue(10), half, **loaded)  # so does one below the shortest
+    assert not packing.underfilled(_queue(300, 900), half, **loaded)  # a prompt that does not join waits
+    assert not packing.underfilled([(100, 50, 200)], half, **loaded)  # a later chunk
+    assert not packing.underfilled([], half, **loaded)
+    # cut short is not underfilled: N is taken after the first prompt
+    assert not packing.underfilled(_queue(100, 100), [10] * 7, **loaded)
+    assert packing.waits(_queue(100, 100), [10] * 7, **loaded)  # but it waits all the same
+    assert packing.waits(_queue(300, 400), half, **loaded)
+    assert not packing.waits(_queue(300, 500), half, **loaded)
+    assert packing.FILL * 1024 == 768
+
+
 def test_the_pack_is_the_smallest_prefill_graph_and_the_count_every_packable_prefill_replays():
     assert packing.graph_counts([4, 64, 1024, 1280, 2048, 1280], 1024) == [1024, 1280, 2048]
     assert packing.graph_counts([4, 64], 512) == [512]

@@ -106,7 +106,7 @@ def test_packs_waiting_for_kv_keep_a_needles_bits_and_serve_every_prompt(verifie
         pytest.skip("the pack did not verify")
     server = launch(checkpoint, "--corun", "--corun-prefill-pack", str(folder / "pack.json"),
                     "--corun-prefill-pack-wait", "8", "--max-total-tokens", "2500", name="packed-wait")
-    assert "cuts short waits up to 8 decode steps" in server.log_text()
+    assert "cut short or underfilled waits up to 8 decode steps" in server.log_text()
     needle = list(range(1000, 1000 + 200))
     alone, _ = verify_packing.sender(server.url, server.log, new_tokens=16)([needle], 0)
     others = [[2000 + 37 * i + j for j in range(40 + i)] for i in range(48)]

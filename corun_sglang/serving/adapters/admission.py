@@ -6,7 +6,7 @@ Invariants:
   with the prefix cache, the KV its prompt shares is reserved once for all its sharers (the pool less the
   shared tokens, ``adapters.prefix``), and its first chunk ends on its own chunk boundary;
 - a chunk of a chunked prefill is ``policy.chunk_budget`` long, whatever memory is free;
-- a scheduler skips at most ``prefill_pack_wait`` prefills in a row (``packing.cut_short``); the count of
+- a scheduler skips at most ``prefill_pack_wait`` prefills in a row (``packing.waits``); the count of
   each scheduler lives in ``_waited``, never on the scheduler;
 - decode retraction never runs under ``--corun``.
 """
@@ -66,10 +66,10 @@ def add_one_req(original, self, req, *args, **kwargs):
     return result
 
 
-def _pack_cut_short(scheduler, running_batch) -> bool:
-    """``packing.cut_short`` for the scheduler's waiting queue and ``running_batch``, at this server's pack."""
+def _pack_waits(scheduler, running_batch) -> bool:
+    """``packing.waits`` for the scheduler's waiting queue and ``running_batch``, at this server's pack."""
     page = scheduler.page_size
-    return packing.cut_short(
+    return packing.waits(
         ((*state.prompt(r), state.reserved(r, page)) for r in scheduler.waiting_queue),
         [state.reserved(r, page) for r in running_batch.reqs],
         scheduler.token_to_kv_pool_allocator.size, scheduler.max_running_requests, *state.config().packing,
@@ -78,16 +78,16 @@ def _pack_cut_short(scheduler, running_batch) -> bool:
 
 @state.corun_only
 def prefill_wait(original, self, running_batch, *args, **kwargs):
-    """With ``--corun-prefill-pack-wait W``: a prefill that full-sequence admission would cut short
-    (``packing.cut_short``) is skipped for up to W passes in a row, each a decode step of ``running_batch``
-    instead; then it runs as admission allows."""
+    """With ``--corun-prefill-pack-wait W``: a prefill pack that admission would cut short or the queue
+    leaves underfilled (``packing.waits``) is skipped for up to W passes in a row, each a decode step of
+    ``running_batch`` instead; then it runs as admission allows."""
     wait = state.config().prefill_pack_wait
     if not wait:
         return original(self, running_batch, *args, **kwargs)
     waited = _waited.get(self, 0)
     if (waited < wait and self.chunked_req is None and self.waiting_queue
             and not running_batch.is_empty() and not running_batch.batch_is_full
-            and _pack_cut_short(self, running_batch)):
+            and _pack_waits(self, running_batch)):
         from sglang.srt.managers.schedule_batch import NextBatchPlan
 
         _waited[self] = waited + 1

@@ -186,7 +186,7 @@ def test_a_pack_is_cut_short_exactly_where_the_prefill_adder_stops_on_kv_or_n(pa
     packing_args()
     adder, cache = _packing_adder(pool, running)
     scheduler = _scheduler(adder, queue, cache)
-    assert admission._pack_cut_short(scheduler, adder.running_batch) is short
+    assert admission._pack_waits(scheduler, adder.running_batch) is short
     for req in scheduler.waiting_queue:
         result = adder.add_one_req(req, False, None)
         if result is not AddReqResult.CONTINUE:
@@ -232,6 +232,30 @@ def test_a_pack_the_kv_pool_cuts_short_waits_up_to_the_limit_then_runs(packing_a
     before = dict(vars(untouched))
     assert admission.prefill_wait(original, untouched, batch) == "prefill"
     assert vars(untouched) == before and untouched not in admission._waited
+
+
+def test_a_pack_the_queue_leaves_underfilled_waits_on_a_loaded_server_only(packing_args, serving):
+    """N = 8, pack 256: with 4 requests running a lone 100-token prompt waits for others (100 < 192 tokens),
+    as SGLang's PrefillAdder would admit it alone; with 3 running, or 200 tokens waiting, it runs at once."""
+    from sglang.srt.managers.schedule_batch import NextBatchPlan
+    from sglang.srt.managers.schedule_policy import AddReqResult
+    from sglang.srt.managers.scheduler import Scheduler
+
+    seen = {}
+    original = _recording(Scheduler.get_new_batch_prefill, seen, result="prefill")
+    packing_args(wait=2)
+    adder, cache = _packing_adder(10_000, [(40, 10)] * 4)
+    scheduler, batch = _scheduler(adder, [(100, 100)], cache), adder.running_batch
+    assert admission._pack_waits(scheduler, batch)
+    assert adder.add_one_req(scheduler.waiting_queue[0], False, None) is AddReqResult.CONTINUE  # admitted alone
+    for _ in range(2):
+        assert isinstance(admission.prefill_wait(original, scheduler, batch), NextBatchPlan)
+    assert admission.prefill_wait(original, scheduler, batch) == "prefill"
+
+    light, cache = _packing_adder(10_000, [(40, 10)] * 3)
+    assert not admission._pack_waits(_scheduler(light, [(100, 100)], cache), light.running_batch)
+    filled, cache = _packing_adder(10_000, [(40, 10)] * 4)
+    assert not admission._pack_waits(_scheduler(filled, [(100, 100), (100, 100)], cache), filled.running_batch)
 
 
 # ----------------------------------------------------------------- the default max_new_tokens
