@@ -61,6 +61,8 @@ ARMS = {
     "CoRun": ["--corun"],
     # ablation: CoRun with calibration off, plain N and isolated prefill
     "CoRun-nocal": ["--corun", "--corun-calibrate", "off"],
+    # ablation: CoRun whose calibrated pack never waits for more prompts (packing.waits)
+    "CoRun-nowait": ["--corun", "--corun-prefill-pack-wait", "0"],
     # CoRun with its deterministic prefix cache: the radix cache on, serving the hits that keep the bits
     "CoRun-prefix": ["--corun", "--corun-prefix-cache"],
     # CoRun with decode tiers: the sizes of --tier-candidates that corun-sglang verify-tiers keeps (a given
@@ -68,7 +70,7 @@ ARMS = {
     "CoRun-tiers": ["--corun"],
     # CoRun-tiers with packed prefill: the pack of --pack (or --pack-size, verified first)
     "CoRun-tiers-pack": ["--corun"],
-    # CoRun-tiers-pack whose packs the KV pool cuts short wait up to 32 decode steps for KV to free
+    # CoRun-tiers-pack whose packs wait up to 32 decode steps for more prompts (packing.waits)
     "CoRun-tiers-pack-wait": ["--corun", "--corun-prefill-pack-wait", "32"],
     # CoRun with a decode graph's padding rows routed through the MoE experts (the plain arm skips them)
     "CoRun-moecompute": ["--corun", "--corun-moe-padding", "compute"],
