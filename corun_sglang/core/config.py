@@ -126,7 +126,7 @@ class Records:
     tier_candidates: tuple[int, ...] = ()
     pack_record: Any = None
     pack_candidate: int | None = None
-    pack_wait: int = 0
+    pack_wait: int | None = None  # None: not given (calibration's pack then waits calibration.PACK_WAIT)
 
     @property
     def decode_tiers(self) -> tuple[int, ...]:
@@ -458,7 +458,7 @@ def freeze(args: Any, records: Records, attention_backends: tuple[str, str], sho
         prefill_pack_shortest=shortest,
         prefill_pack_kernel=prefill_kernel,
         prefill_pack_verified=records.pack_record is not None,
-        prefill_pack_wait=records.pack_wait,
+        prefill_pack_wait=records.pack_wait or 0,
         prefix_grid=prefix_grid(args),
         tp_invariant=getattr(args, "corun_tp_invariant", None),
         prefill_graph_sizes=None if prefill.bs is None else tuple(prefill.bs),

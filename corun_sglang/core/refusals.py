@@ -343,7 +343,7 @@ PART_OF_CORUN = (
 )
 
 #: What each of those fields is when not given.
-UNSET = {"corun_calibrate": "auto", "corun_moe_padding": "auto", "corun_prefill_pack_wait": 0}
+UNSET = {"corun_calibrate": "auto", "corun_moe_padding": "auto"}
 
 
 def without_corun(args: Any) -> list[str]:

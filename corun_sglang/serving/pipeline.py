@@ -73,7 +73,7 @@ def given_records(args: Any) -> tuple[Records, list[str]]:
 
 
 def _wait_problems(records: Records) -> list[str]:
-    wait = records.pack_wait
+    wait = records.pack_wait or 0
     if wait < 0:
         return [f"--corun-prefill-pack-wait {wait}: a number of decode steps, 0 or more. Fix: pass 0 to never wait"]
     if wait and records.pack is None:
@@ -134,7 +134,7 @@ def records(args: Any, given: Records, sglang_defaults: Mapping[str, Any],
             found.refuse("pack", why)
         else:
             served = _replace(served, pack_record=PackRecord.load(found.pack_file),
-                              pack_wait=served.pack_wait or calibration.PACK_WAIT)
+                              pack_wait=calibration.PACK_WAIT if served.pack_wait is None else served.pack_wait)
     problems += _wait_problems(served)
     if problems:
         raise CorunConfigError(problems)

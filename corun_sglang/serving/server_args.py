@@ -76,14 +76,14 @@ class CorunServerArgs(SGLangServerArgs):
         "unverified. Outputs are NOT deterministic.",
     ] = None
     corun_prefill_pack_wait: A[
-        int,
+        Optional[int],
         "With --corun-prefill-pack: a prefill pack waits up to this many decode steps for more prompts "
         "where admission would cut it short (a waiting prompt would join it but its whole sequence or its "
         "slot is not free yet) or, while at least half of --max-running-requests run, where the queue "
         "leaves it under three quarters full, so prompts are admitted a pack at a time rather than one "
         "at a time: fewer prefill iterations, for a queued prompt's time to first token. Tokens and "
-        "logprobs are unaffected. 0: never waits.",
-    ] = 0
+        "logprobs are unaffected. 0: never waits. Unset: 32 where calibration serves the pack, else 0.",
+    ] = None
     corun_moe_padding: A[
         Literal["auto", "compute", "skip"],
         "With --corun, on an MoE model: what the padding rows of a decode CUDA graph (the slots no "

@@ -57,7 +57,7 @@ def test_a_calibrated_start_serves_record_objects_and_hides_nothing_on_the_optio
     assert isinstance(cfg.tier_record, TiersRecord) and isinstance(cfg.pack_record, PackRecord)
     assert cfg.prefill_pack_wait == calibration.PACK_WAIT and cfg.calibration["source"] == "calibrated"
     # nothing written back into the options: no record paths, no hidden attributes
-    assert args.corun_decode_tiers is None and args.corun_prefill_pack is None and args.corun_prefill_pack_wait == 0
+    assert args.corun_decode_tiers is None and args.corun_prefill_pack is None and args.corun_prefill_pack_wait is None
     assert [name for name in vars(args) if name.startswith("_corun")] == ["_corun_config"]
     assert args.cuda_graph_bs_decode == [64, 128, 256] and cfg.prefill_graph_sizes[0] == 1024
 
@@ -109,6 +109,8 @@ def test_a_calibrated_pack_the_options_exclude_is_not_served_and_says_why(make_a
 def test_a_given_wait_wins_and_a_wait_needs_a_pack(make_args, calibrating, tmp_path):
     cfg = make_args(corun=True, corun_calibration_dir=str(tmp_path), corun_prefill_pack_wait=4).corun_config
     assert cfg.prefill_pack == 1024 and cfg.prefill_pack_wait == 4
+    cfg = make_args(corun=True, corun_calibration_dir=str(tmp_path), corun_prefill_pack_wait=0).corun_config
+    assert cfg.prefill_pack == 1024 and cfg.prefill_pack_wait == 0 and "waits" not in cfg.summary()  # never
     with pytest.raises(config.CorunConfigError, match="a pack waits only with --corun-prefill-pack"):
         make_args(corun=True, corun_calibrate="off", corun_prefill_pack_wait=4)
 

@@ -300,7 +300,7 @@ def test_without_corun_resolution_is_sglangs_own(sglang_plugins, tiny_model, arg
     assert ours.pop("corun_decode_tiers") is None and ours.pop("corun_decode_tier_candidates") is None
     assert ours.pop("corun_moe_padding") == "auto"
     assert ours.pop("corun_prefill_pack") is None and ours.pop("corun_prefill_pack_candidate") is None
-    assert ours.pop("corun_prefill_pack_wait") == 0
+    assert ours.pop("corun_prefill_pack_wait") is None
     assert ours.pop("corun_default_max_new_tokens") is None
     assert ours.pop("corun_calibrate") == "auto" and ours.pop("corun_calibration_dir") is None
     assert ours.pop("corun_prefix_cache") is False and ours.pop("corun_measure") is None
