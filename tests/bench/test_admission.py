@@ -46,3 +46,17 @@ def test_waiting_for_kv_gathers_packs_of_one_into_fuller_packs():
     gathered = admission.replay(pairs, pool=pool, pack=256, least=17, concurrency=6, wait=4)
     assert (alone.prefills["pack of 1"], alone.prefills["pack of 2+"]) == (4, 1)
     assert (gathered.prefills["pack of 1"], gathered.prefills["pack of 2+"]) == (0, 3)
+
+
+def test_waiting_for_prompts_gathers_a_closed_loops_trickle_into_fuller_packs():
+    """KV to spare and N = 4 requests in flight, each ending a step apart: the client sends one prompt as
+    each ends, so without a wait every later prompt gets a pack of its own. With N/2 or more running and
+    the queue short of three quarters of the pack, waiting up to 4 passes gathers them two to a pack (the
+    last prompt, its pack still short, runs once the passes are spent)."""
+    from bench import admission
+
+    pairs = [(60, 2), (60, 3), (60, 4), (60, 5)] + [(60, 6)] * 4
+    alone = admission.replay(pairs, pool=100_000, pack=256, least=17, max_running=4, concurrency=4)
+    gathered = admission.replay(pairs, pool=100_000, pack=256, least=17, max_running=4, concurrency=4, wait=4)
+    assert (alone.prefills["pack of 1"], alone.prefills["pack of 2+"]) == (4, 1)
+    assert (gathered.prefills["pack of 1"], gathered.prefills["pack of 2+"]) == (1, 2)
