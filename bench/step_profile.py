@@ -172,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=1536,
                         help="long enough that no request ends before the ramp, the settle and the steps are over")
+    parser.add_argument("--traces", help="where the profiler's traces go (default: LOGS/traces); a trace is "
+                        "megabytes, so a GPU queue chunk keeps them out of its results folder")
     parser.add_argument("--settle", type=float, default=5.0,
                         help="seconds without a new request streaming after which the load is what runs")
     parser.add_argument("--max-running-requests", type=int, default=256)
@@ -204,7 +206,7 @@ def main(argv=None) -> int:
         print("nothing to do: every arm's loads are in", args.out)
         return 0
     ckpt = common.prepare(args)
-    traces = Path(args.logs) / "traces"
+    traces = Path(args.traces) if args.traces else Path(args.logs) / "traces"
     shared = ["--max-running-requests", str(args.max_running_requests), *args.server_args.split()]
     record = None
     if "CoRun-tiers" in arms:
