@@ -80,26 +80,49 @@ def joins(batch: Iterable[tuple[int, int]], candidate: tuple[int, int], pack: in
     return bool(batch) and all(packable(n, p, pack, least) for n, p in every) and sum(n for n, _ in every) <= pack
 
 
+#: Why a prefill stops taking waiting prompts (``_scan``): the queue ended, a prompt does not join the pack
+#: (``joins``; a prompt that is not packable runs alone), or full-sequence admission refuses one (KV or N).
+END, JOIN, ADMISSION = "end", "join", "admission"
+
+
+def _scan(waiting: Iterable[tuple[int, int, int]], running: list[int], pool_tokens: int, max_running: int,
+          pack: int, least: int) -> tuple[list[tuple[int, int]], str]:
+    """The next prefill's prompts ``(prompt_len, prefix_len)`` and why it stops (``END``, ``JOIN``,
+    ``ADMISSION``). As SGLang's scheduler does, it takes waiting prompts in order up to the first it refuses,
+    and reads the queue no further."""
+    batch: list[tuple[int, int]] = []
+    held = list(running)
+    for prompt_len, prefix_len, reserved in waiting:
+        if batch and not joins(batch, (prompt_len, prefix_len), pack, least):
+            return batch, JOIN
+        if not policy.admits(reserved, held, pool_tokens, max_running):
+            return batch, ADMISSION
+        batch.append((prompt_len, prefix_len))
+        held.append(reserved)
+    return batch, END
+
+
 def next_prefill(waiting: Iterable[tuple[int, int, int]], running: list[int], pool_tokens: int,
                  max_running: int, pack: int, least: int) -> tuple[int, bool]:
     """How many of the queue's first prompts the next prefill admits, and whether admission stopped it.
 
     ``waiting`` is the queue in order, each ``(prompt_len, prefix_len, reserved_tokens)``; ``running`` the
-    reserved tokens of every admitted, unfinished request (``policy.reserved_tokens``). As SGLang's
-    scheduler does, the prefill takes waiting prompts in order and stops at the first it refuses: one that
-    does not join the pack (``joins``; a prompt that is not packable runs alone), or one that
-    ``policy.admits`` refuses, the KV pool or N being taken. The flag is True for the latter.
+    reserved tokens of every admitted, unfinished request (``policy.reserved_tokens``). The prefill takes
+    waiting prompts in order and stops at the first it refuses: one that does not join the pack, or one
+    that ``policy.admits`` refuses, the KV pool or N being taken. The flag is True for the latter.
     """
-    batch: list[tuple[int, int]] = []
-    held = list(running)
-    for prompt_len, prefix_len, reserved in waiting:
-        if batch and not joins(batch, (prompt_len, prefix_len), pack, least):
-            return len(batch), False
-        if not policy.admits(reserved, held, pool_tokens, max_running):
-            return len(batch), True
-        batch.append((prompt_len, prefix_len))
-        held.append(reserved)
-    return len(batch), False
+    batch, stop = _scan(waiting, running, pool_tokens, max_running, pack, least)
+    return len(batch), stop == ADMISSION
+
+
+def _cut_short(batch: list[tuple[int, int]], stop: str) -> bool:
+    return bool(batch) and stop == ADMISSION
+
+
+def _underfilled(batch: list[tuple[int, int]], stop: str, running: list[int], max_running: int, pack: int,
+                 least: int) -> bool:
+    return (stop == END and bool(batch) and 2 * len(running) >= max_running and packable(*batch[0], pack, least)
+            and sum(n for n, _ in batch) < FILL * pack)
 
 
 def cut_short(waiting: Iterable[tuple[int, int, int]], running: list[int], pool_tokens: int, max_running: int,
@@ -108,8 +131,7 @@ def cut_short(waiting: Iterable[tuple[int, int, int]], running: list[int], pool_
     it admits a packable prompt, and a later one that would join it is refused for KV or N, which the
     decode steps free. False when the pack is full, the next prompt is not packable, the queue ends, or
     nothing is admitted."""
-    admitted, refused = next_prefill(waiting, running, pool_tokens, max_running, pack, least)
-    return admitted > 0 and refused
+    return _cut_short(*_scan(waiting, running, pool_tokens, max_running, pack, least))
 
 
 def underfilled(waiting: Iterable[tuple[int, int, int]], running: list[int], pool_tokens: int, max_running: int,
@@ -121,21 +143,17 @@ def underfilled(waiting: Iterable[tuple[int, int, int]], running: list[int], poo
     as each ends), so packs would hold one prompt each, every one padded to the pack and stalling every
     running request's decode for as long as a full pack. False when nothing is admitted, a waiting prompt is
     left out (refused, or it does not join), or fewer than N/2 run, where a prefill stalls little."""
-    waiting = list(waiting)
-    admitted, refused = next_prefill(waiting, running, pool_tokens, max_running, pack, least)
-    if not admitted or refused or admitted < len(waiting) or 2 * len(running) < max_running:
-        return False
-    first_len, first_prefix, _ = waiting[0]
-    return packable(first_len, first_prefix, pack, least) and sum(n for n, _, _ in waiting) < FILL * pack
+    batch, stop = _scan(waiting, running, pool_tokens, max_running, pack, least)
+    return _underfilled(batch, stop, running, max_running, pack, least)
 
 
 def waits(waiting: Iterable[tuple[int, int, int]], running: list[int], pool_tokens: int, max_running: int,
           pack: int, least: int) -> bool:
     """Whether the next prefill pack waits a decode step for more prompts (``--corun-prefill-pack-wait``):
-    admission cuts it short (``cut_short``) or the queue leaves it underfilled (``underfilled``)."""
-    waiting = list(waiting)
-    return (cut_short(waiting, running, pool_tokens, max_running, pack, least)
-            or underfilled(waiting, running, pool_tokens, max_running, pack, least))
+    admission cuts it short (``cut_short``) or the queue leaves it underfilled (``underfilled``); one read
+    of the queue, up to where the prefill stops."""
+    batch, stop = _scan(waiting, running, pool_tokens, max_running, pack, least)
+    return _cut_short(batch, stop) or _underfilled(batch, stop, running, max_running, pack, least)
 
 
 def graph_counts(counts: Iterable[int], pack: int) -> list[int]:
