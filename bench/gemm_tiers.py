@@ -113,7 +113,7 @@ def step_gemm_ms(per_layer: dict[str, dict[int, float]], num_layers: int) -> dic
             for m in sorted(sizes)}
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="qwen3-8b", choices=sorted(synthetic.SHAPES))
     parser.add_argument("--tp-size", type=int, default=1)
@@ -126,6 +126,11 @@ def main(argv=None) -> int:
                         help="the BLAS library PyTorch runs the products through (default: PyTorch's choice)")
     parser.add_argument("--time", action="store_true", help="also time each product at each size")
     parser.add_argument("--out", default=None)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.blas != "default":
         torch.backends.cuda.preferred_blas_library(args.blas)
