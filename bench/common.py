@@ -46,3 +46,30 @@ def gpu_uuid() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def median_ms(fn, iters: int = 20, trials: int = 5, cuda: bool = True) -> float:
+    """Milliseconds of one call of ``fn``: ``iters`` calls back to back over their elapsed time, the median of
+    ``trials``. On a GPU two CUDA events frame the calls, so the host's launches overlap the GPU's work, as
+    in a replayed graph; elsewhere the wall clock. Warm ``fn`` up first."""
+    import statistics
+    import time
+
+    took = []
+    for _ in range(trials):
+        if cuda:
+            import torch
+
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            took.append(begin.elapsed_time(end) / iters)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            took.append((time.perf_counter() - t0) * 1e3 / iters)
+    return statistics.median(took)

@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import statistics
 import sys
-import time
 from typing import Callable, Sequence
 
 import torch
@@ -240,22 +238,7 @@ def time_attend(decode, heads_q: int, heads_kv: int, head_dim: int, loads: Seque
                 except (RuntimeError, ValueError) as exc:  # a plan the library refuses is a finding, not the end
                     rows.append({**row, "ms": None, "error": str(exc)[-500:]})
                     continue
-                took = []
-                for _ in range(trials):
-                    if cuda:
-                        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        begin.record()
-                        for _ in range(iters):
-                            decode.run(q, k, v)
-                        end.record()
-                        end.synchronize()
-                        took.append(begin.elapsed_time(end) / iters)
-                    else:
-                        t0 = time.perf_counter()
-                        for _ in range(iters):
-                            decode.run(q, k, v)
-                        took.append((time.perf_counter() - t0) * 1e3 / iters)
-                rows.append({**row, "ms": statistics.median(took)})
+                rows.append({**row, "ms": common.median_ms(lambda: decode.run(q, k, v), iters, trials, cuda)})
     return rows
 
 
@@ -437,16 +420,7 @@ def time_graph(heads_q: int, heads_kv: int, head_dim: int, slots: int, load: int
     decode.plan([torch.arange(1 + i * kv_len, 1 + (i + 1) * kv_len, device=device) for i in range(load)])
     for _ in range(iters):
         decode.graph.replay()
-    took = []
-    for _ in range(trials):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        for _ in range(iters):
-            decode.graph.replay()
-        end.record()
-        end.synchronize()
-        took.append(begin.elapsed_time(end) / iters)
-    return statistics.median(took)
+    return common.median_ms(decode.graph.replay, iters, trials)
 
 
 class _Eager:

@@ -24,9 +24,7 @@ layers, and lm_head once): what a size costs through that library.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
 
@@ -86,22 +84,7 @@ def time_sizes(k: int, n_out: int, sizes: list[int], device: str, iters: int = 2
         xm = x[:m].clone()
         for _ in range(iters):
             linear(xm, w)
-        took = []
-        for _ in range(trials):
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(iters):
-                    linear(xm, w)
-                end.record()
-                end.synchronize()
-                took.append(start.elapsed_time(end) / iters)
-            else:
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    linear(xm, w)
-                took.append((time.perf_counter() - t0) * 1e3 / iters)
-        out[m] = statistics.median(took)
+        out[m] = common.median_ms(lambda: linear(xm, w), iters, trials, cuda)
     return out
 
 

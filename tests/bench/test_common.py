@@ -14,3 +14,18 @@ def test_common_options_and_prepare_reuse_an_existing_checkpoint(tmp_path):
     args = parser.parse_args(["--checkpoint", str(tmp_path / "ckpt"), "--logs", str(tmp_path / "logs")])
     assert common.prepare(args) == tmp_path / "ckpt"
     assert (tmp_path / "o").is_dir() and (tmp_path / "logs").is_dir() and args.server_args == "--x"
+
+
+def test_median_ms_times_one_call_of_the_function():
+    import time
+
+    from bench import common
+
+    calls = []
+
+    def sleepy():
+        calls.append(1)
+        time.sleep(0.002)
+
+    ms = common.median_ms(sleepy, iters=3, trials=3, cuda=False)
+    assert len(calls) == 9 and 1.9 <= ms < 50
