@@ -372,9 +372,11 @@ def graph_trial(heads_q: int, heads_kv: int, head_dim: int, slots: int, split: i
                 needles: Sequence[int], batches: Sequence[tuple], device: str) -> dict:
     """One split in a CUDA graph of ``slots`` rows: each needle among ``batches`` in the graph against the
     needle alone eagerly with the same split (``FlashInferDecode``), with the merge arrays fixed
-    (``merge_fix``) and, for a split, without (the control: a batch of short requests then merges with the
-    captured plan's arrays); and a full batch of ``slots`` requests long enough that the split's chunks
-    exceed FlashInfer's own grid."""
+    (``merge_fix``; also against the needle alone in the graph, ``fixed_graph_alone``, which tells a
+    difference between the graph's merge of one chunk and the eager plan's direct write from one the
+    co-runners make) and, for a split, without (``unfixed``, the control: a batch of short requests
+    then merges with the captured plan's arrays); and a full batch of ``slots`` requests long enough
+    that the split's chunks exceed FlashInfer's own grid."""
     eager = FlashInferDecode(heads_q, heads_kv, head_dim, device)
     fitted = [b for b in batches if b[1] < slots]
     result = {"slots": slots, "split": split_name(split), "grid": grid}
@@ -384,13 +386,16 @@ def graph_trial(heads_q: int, heads_kv: int, head_dim: int, slots: int, split: i
         decode = GraphDecode(heads_q, heads_kv, head_dim, slots, capacity, split, device, grid=grid, fix=fix)
         decode.capture(k, v)  # the graph reads this pool: compare_bits runs on it
 
-        def attend(q, k, v, slots_, split_, decode=decode):
-            if len(slots_) == 1:  # the reference: the needle alone, eagerly
-                return eager(q, k, v, slots_, split_)
-            return decode(q, k, v, slots_)
+        for alone in (("eager", "graph") if fix else ("eager",)):
+            def attend(q, k, v, slots_, split_, decode=decode, alone=alone):
+                if len(slots_) == 1 and alone == "eager":  # the reference: the needle alone, eagerly
+                    return eager(q, k, v, slots_, split_)
+                return decode(q, k, v, slots_)
 
-        bits = compare_bits(attend, heads_q, heads_kv, head_dim, [split], needles, fitted, device=device, kv=(k, v))
-        result["fixed" if fix else "unfixed"] = {**bits[split_name(split)], "merge_fixes": decode.fixes}
+            bits = compare_bits(attend, heads_q, heads_kv, head_dim, [split], needles, fitted, device=device,
+                                kv=(k, v))
+            name = ("fixed" if fix else "unfixed") + ("" if alone == "eager" else "_graph_alone")
+            result[name] = {**bits[split_name(split)], "merge_fixes": decode.fixes}
     if split > 0:
         full = [torch.arange(i * 4 * split, (i + 1) * 4 * split, device=device) for i in range(slots)]
         result["full_4x_split"] = {}
@@ -482,14 +487,22 @@ def main(argv=None) -> int:
         common.finish(result, {}, args.out)
         result["graph"], result["graph_timing"] = graphs(dims, sorted(grids), parse_splits(args.graph_splits),
                                                          needles, batches, kv_lens, args.device, args.out, result)
-        summary["graph"] = {f"{g['slots']} {g['split']}": {k: (f"{g[k]['divergent']} / {g[k]['compared']}"
-                                                               if isinstance(g.get(k), dict) else g.get(k))
-                                                           for k in ("fixed", "unfixed", "full_4x_split", "error")
-                                                           if k in g}
-                            for g in result["graph"]}
+        summary["graph"] = graph_summary(result["graph"])
         summary["graph ms"] = {f"{r['slots']}: {r['load']}x{r['kv_len']} {r['split']}": r["ms"] and round(r["ms"], 4)
                                for r in result["graph_timing"]}
     return common.finish(result, summary, args.out)
+
+
+def graph_summary(trials: Sequence[dict]) -> dict[str, dict]:
+    """Per graph size and split: "divergent / compared" for each comparison ``graph_trial`` made, what the
+    full graph's plan did, and the error where the trial failed."""
+    out = {}
+    for g in trials:
+        line = {k: f"{g[k]['divergent']} / {g[k]['compared']}" for k in ("fixed", "fixed_graph_alone", "unfixed")
+                if isinstance(g.get(k), dict)}
+        line.update({k: g[k] for k in ("full_4x_split", "error") if k in g})
+        out[f"{g['slots']} {g['split']}"] = line
+    return out
 
 
 def graphs(dims: tuple, sizes: Sequence[int], splits: Sequence[int], needles: Sequence[int],

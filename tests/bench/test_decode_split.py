@@ -121,3 +121,17 @@ def test_the_grid_asked_for_holds_every_row_s_chunks():
     # 128 rows whose longest KV (4,096 tokens) splits into 8 chunks of 512
     assert ds.grid_for(128, 512, [37, 4000], [("mixed", 63, 16, 4096)]) == 1024
     assert ds.grid_for(128, 2048, [37], []) == 512  # at least a full graph of rows four splits long
+
+
+def test_the_graph_summary_says_each_comparison_the_full_plan_and_failures():
+    from bench import decode_split as ds
+
+    trials = [{"slots": 128, "split": "512", "grid": 1024,
+               "fixed": {"compared": 10, "divergent": 0}, "fixed_graph_alone": {"compared": 10, "divergent": 0},
+               "unfixed": {"compared": 10, "divergent": 4},
+               "full_4x_split": {"FlashInfer's grid": "refused: ...", "grid 1024": "planned"}},
+              {"slots": 256, "split": "off", "error": "CUDA error"}]
+    assert ds.graph_summary(trials) == {
+        "128 512": {"fixed": "0 / 10", "fixed_graph_alone": "0 / 10", "unfixed": "4 / 10",
+                    "full_4x_split": {"FlashInfer's grid": "refused: ...", "grid 1024": "planned"}},
+        "256 off": {"error": "CUDA error"}}
