@@ -62,10 +62,16 @@ MARKS = {"ready": "candidate server ready", "pack": "prefill pack: verifying", "
          "done": "done in"}
 
 
+#: A log line's wall-clock stamp (SGLang's and corun's loggers), and the line SGLang logs once it serves.
+STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] (.*)$", re.M)
+SERVING = "The server is fired up and ready to roll"
+
+
 def phases(log_text: str) -> dict[str, float] | None:
     """Seconds of a first start's calibration spent starting its candidate server (``server``), in the pack probe
-    and in the tiers probe (a part not probed is absent); None where the log holds no calibration on one
-    candidate server."""
+    and in the tiers probe (a part not probed is absent), and from its end to the serving server's first
+    reply (``serving``, to the second: the log's clock; absent where the log does not get that far); None
+    where the log holds no calibration on one candidate server."""
     marks: dict[str, float] = {}
     for at, what in CALIBRATION_LINE.findall(log_text):
         for name, opening in MARKS.items():
@@ -78,6 +84,14 @@ def phases(log_text: str) -> dict[str, float] | None:
         found["pack"] = round(marks.get("tiers", marks["done"]) - marks["pack"], 1)
     if "tiers" in marks:
         found["tiers"] = round(marks["done"] - marks["tiers"], 1)
+    done = None
+    for stamp, what in STAMP.findall(log_text):
+        at = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+        if done is None and (m := CALIBRATION_LINE.search(what)) and m.group(2).startswith(MARKS["done"]):
+            done = at
+        elif done is not None and what.startswith(SERVING):
+            found["serving"] = at - done
+            break
     return found
 
 

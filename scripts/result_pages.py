@@ -91,14 +91,22 @@ def demo_page(folder: Path) -> str | None:
     return "\n".join(lines) + "\n"
 
 
-def _phases(log: Path) -> str:
-    """``bench.first_start.phases`` of a first start's log (kept gzipped), as ``server / pack / tiers``."""
+def _phases(log: Path) -> dict:
+    """``bench.first_start.phases`` of a first start's log (kept gzipped); empty where it has none."""
     sys.path.insert(0, str(ROOT))
     from bench.first_start import phases
 
     text = _log_text(log)
-    found = None if text is None else phases(text)
-    return "-" if found is None else " / ".join(str(found.get(k, "-")) for k in ("server", "pack", "tiers"))
+    return (None if text is None else phases(text)) or {}
+
+
+def _first_start_cells(first: dict, found: dict) -> str:
+    """The first start's cells: launch to calibration, candidate start / pack / tiers, serving start."""
+    probes = (first.get("calibration") or {}).get("seconds")
+    launch = ("-" if None in (first.get("seconds"), probes, found.get("serving"))
+              else round(first["seconds"] - probes - found["serving"], 1))
+    split = " / ".join(str(found.get(k, "-")) for k in ("server", "pack", "tiers")) if found else "-"
+    return f"{launch} | {split} | {found.get('serving', '-')}"
 
 
 def calibration_page(results: Path) -> str | None:
@@ -113,19 +121,22 @@ def calibration_page(results: Path) -> str | None:
              "server of a chunk reads it, and a chunk files the entries it writes there.", ""]
     if starts:
         lines += ["## First starts measured", "",
-                  "| chunk | shape | options | first start (s) | probes (s) | candidate start / pack / tiers (s) | "
-                  "tiers | pack | later start (s) | where |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| chunk | shape | options | first start (s) | probes (s) | launch (s) | "
+                  "candidate start / pack / tiers (s) | serving start (s) | tiers | pack | later start (s) | where |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for path in starts:
             r = json.loads(path.read_text())
             first, later = r.get("first", {}), r.get("later", {})
             cal = first.get("calibration") or {}
             lines.append(f"| {path.parent.name} | {r.get('shape')} | `{r.get('server_args')}` | "
                          f"{first.get('seconds', first.get('error', '?'))} | {cal.get('seconds')} | "
-                         f"{_phases(path.parent / 'first_start.first.log')} | {cal.get('tiers')} | "
+                         f"{_first_start_cells(first, _phases(path.parent / 'first_start.first.log'))} | "
+                         f"{cal.get('tiers')} | "
                          f"{cal.get('pack')} | {later.get('seconds', '-')} | {_where(_record(path.parent))} |")
-        lines += ["", "Candidate start / pack / tiers: where the probes' seconds went (`bench.first_start.phases`, "
-                  "from the first start's log); `-` for a log of another calibration."]
+        lines += ["", "A first start is its launch (to the calibration's first line: imports, options), the probes "
+                  "(candidate start / pack / tiers: where their seconds went) and the serving server's start "
+                  "after them, to the second (`bench.first_start.phases`, from the first start's log); `-` for a "
+                  "log of another calibration."]
         lines.append("")
     if entries:
         lines += ["## Cached entries", "",

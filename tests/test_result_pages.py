@@ -46,12 +46,21 @@ def test_the_calibration_page_lists_entries_and_first_starts(tmp_path):
         "seconds": 200.0, "calibration": {"seconds": 150.0, "tiers": [64], "pack": 1024}}, "later": {"seconds": 40.0}}))
     assert pages.write(tmp_path) == ["calibration.md"]
     text = (tmp_path / "calibration.md").read_text()
-    assert "| calibrate-s | s | `--x` | 200.0 | 150.0 | - | [64] | 1024 | 40.0 |" in text  # no log: no phases
+    assert "| calibrate-s | s | `--x` | 200.0 | 150.0 | - | - | - | [64] | 1024 | 40.0 |" in text  # no log: no phases
     (start / "first_start.first.log").write_text("corun calibration [  40.0 s] candidate server ready at x\n"
                                                   "corun calibration [  40.0 s] decode tiers: verifying [64]\n"
                                                   "corun calibration [  50.0 s] done in 50.0 s\n")
     pages.write(tmp_path)
-    assert "| 200.0 | 150.0 | 40.0 / - / 10.0 | [64] |" in (tmp_path / "calibration.md").read_text()
+    assert "| 200.0 | 150.0 | - | 40.0 / - / 10.0 | - | [64] |" in (tmp_path / "calibration.md").read_text()
+    # with the log's clock: the serving start after calibration, and the launch before it
+    (start / "first_start.first.log").write_text(
+        "[2026-12-07 10:00:00] corun calibration [   0.0 s] starting the candidate server\n"
+        "[2026-12-07 10:00:40] corun calibration [  40.0 s] candidate server ready at x\n"
+        "[2026-12-07 10:00:40] corun calibration [  40.0 s] decode tiers: verifying [64]\n"
+        "[2026-12-07 10:02:30] corun calibration [ 150.0 s] done in 150.0 s\n"
+        "[2026-12-07 10:03:00] The server is fired up and ready to roll!\n")
+    pages.write(tmp_path)
+    assert "| 200.0 | 150.0 | 20.0 | 40.0 / - / 110.0 | 30.0 | [64] |" in (tmp_path / "calibration.md").read_text()
     assert "[k1](calibration/k1/) | NVIDIA H100 | 256 | `--x` | [64] | 1024 | 12.5 |" in text
 
 

@@ -89,3 +89,7 @@ def test_the_phases_of_a_calibration_are_read_from_its_own_log_lines(tmp_path, c
         (63.7, "prefill pack: verifying 1024 tokens"), (67.6, "decode tiers: verifying [64] against N = 256"),
         (74.7, "done in 74.7 s: tiers [64], pack 1024")])
     assert first_start.phases(text) == {"server": 63.7, "pack": 3.9, "tiers": 7.1}
+    # and the serving server's start after it, to the log's second
+    served = text + ("\n[2026-12-05 21:25:20] Load weight begin.\n"
+                     "[2026-12-05 21:25:33] The server is fired up and ready to roll!\n")
+    assert first_start.phases(served) == {"server": 63.7, "pack": 3.9, "tiers": 7.1, "serving": 45.0}
