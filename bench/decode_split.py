@@ -18,6 +18,10 @@ a paged cache, page size 1, bf16), eagerly planned and run as SGLang's FlashInfe
 - on a GPU, then the same in CUDA graphs of the ``--graphs`` sizes (``bench.decode_split_graph``), each
   stage written to ``--out`` as it ends.
 
+``--kernel fa3`` measures FA3's paged decode instead (SGLang's default attention on Hopper), whose split is a
+count of KV splits per request (``Fa3Decode``); FA3 may size a request's splits by the batch, which is what
+its bits tell.
+
     python -m bench.decode_split --shape qwen3-8b --out decode_split.json
 
 Splits are given as ``off`` (0), ``auto`` (-1) or a size in tokens.
@@ -108,6 +112,39 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: Sequence
             m = m_new
         out[i] = (acc / lse_sum[:, None]).to(q.dtype)
     return out
+
+
+class Fa3Decode:
+    """FA3's paged decode (``sgl_kernel.flash_attn.flash_attn_with_kvcache``, SGLang's default attention on
+    Hopper), where a split is a count of KV splits per request rather than a size: ``off`` is one split
+    (SGLang's batch-invariant mode), ``auto`` FA3's own heuristic (0), K > 0 asks for K."""
+
+    def __init__(self, heads_q: int, heads_kv: int, head_dim: int, device: str):
+        from sgl_kernel.flash_attn import flash_attn_with_kvcache
+
+        self.attention, self.dims, self.device = flash_attn_with_kvcache, (heads_q, heads_kv, head_dim), device
+
+    def plan(self, slots: Sequence[torch.Tensor], split: int) -> None:
+        longest = max(len(s) for s in slots)
+        self.table = torch.zeros((len(slots), longest), dtype=torch.int32, device=self.device)
+        for i, s in enumerate(slots):
+            self.table[i, :len(s)] = s.to(torch.int32)
+        self.lens = torch.tensor([len(s) for s in slots], dtype=torch.int32, device=self.device)
+        self.cu_q = torch.arange(len(slots) + 1, dtype=torch.int32, device=self.device)
+        self.splits = 1 if split == OFF else 0 if split == AUTO else split
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_lse: bool = False):
+        """As SGLang's FA3 backend decodes: q [B, Hq, D] with one query token per request (varlen)."""
+        out, lse, *_ = self.attention(q=q, k_cache=k, v_cache=v, page_table=self.table, cache_seqlens=self.lens,
+                                      cu_seqlens_q=self.cu_q, max_seqlen_q=1, softmax_scale=self.dims[2] ** -0.5,
+                                      causal=True, return_softmax_lse=True, num_splits=self.splits)
+        # a varlen call's log-sum-exp is [heads, tokens]
+        lse = lse.transpose(0, 1) if lse.dim() == 2 else lse.reshape(len(q), -1)
+        return (out, lse) if return_lse else out
+
+    def __call__(self, q, k, v, slots, split):
+        self.plan(slots, split)
+        return self.run(q, k, v, return_lse=True)
 
 
 class FlashInferDecode:
@@ -257,6 +294,8 @@ class _Eager:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="qwen3-8b", choices=sorted(synthetic.SHAPES))
+    parser.add_argument("--kernel", choices=("flashinfer", "fa3"), default="flashinfer",
+                        help="flashinfer: splits are sizes in tokens; fa3: counts of splits per request")
     parser.add_argument("--splits", default="off,auto,128,256,512,1024,2048")
     parser.add_argument("--needles", default="37,544,1500,4000", help="needle KV lengths for the bits")
     parser.add_argument("--batches", default=",".join(":".join(map(str, b)) for b in BATCHES),
@@ -280,7 +319,8 @@ def main(argv=None) -> int:
     group = dims[0] // dims[1]
     splits = parse_splits(args.splits)
     cuda = args.device.startswith("cuda")
-    decode = FlashInferDecode(*dims, args.device) if cuda else _Eager()
+    fa3 = args.kernel == "fa3"
+    decode = (Fa3Decode if fa3 else FlashInferDecode)(*dims, args.device) if cuda else _Eager()
     attend = decode if cuda else reference
     needles, batches = [int(n) for n in args.needles.split(",")], parse_batches(args.batches)
     kv_lens = [int(n) for n in args.kv_lens.split(",")]
@@ -290,16 +330,21 @@ def main(argv=None) -> int:
     sms = torch.cuda.get_device_properties(0).multi_processor_count if cuda else 0
     grids = {int(g): graph_grid(int(g), group, sms, dims[1]) for g in args.graphs.split(",")}
     for row in rows:
-        row["fits"] = {g: row["chunks"] <= grid for g, grid in grids.items() if row["load"] <= g}
+        if fa3:  # a count of splits: no chunk size, and FA3 sizes no grid to outgrow
+            row.pop("chunks")
+        else:
+            row["fits"] = {g: row["chunks"] <= grid for g, grid in grids.items() if row["load"] <= g}
     result = {
-        "shape": args.shape, "heads": dims, "device": torch.cuda.get_device_name() if cuda else args.device,
+        "shape": args.shape, "kernel": args.kernel, "heads": dims,
+        "device": torch.cuda.get_device_name() if cuda else args.device,
         "sms": sms, "torch": torch.__version__, "flashinfer": _version("flashinfer"),
+        "sglang-kernel": _version("sglang-kernel"),
         "graph_grid": grids, "bits": bits, "timing": rows, "command": " ".join([sys.executable, *sys.argv]),
     }
     summary = {"bits": {s: f"{b['divergent']} / {b['compared']} (output {b['output_divergent']})"
                         for s, b in bits.items()},
                "ms": {f"{r['load']}x{r['kv_len']} {r['split']}": r["ms"] and round(r["ms"], 4) for r in rows}}
-    if cuda:  # written first, so a graph stage that takes the process down leaves the eager results
+    if cuda and not fa3:  # written first, so a graph stage that takes the process down leaves the eager results
         common.finish(result, {}, args.out)
         from bench.decode_split_graph import graph_summary, graphs
 

@@ -292,7 +292,7 @@ def _check_bench(chunk, argv: list[str]) -> set[str]:
             uses |= _server([*module.SERVER_ARGS, *module.ARMS[arm]], f"{chunk.id} {arm}")
         return uses
     if argv[0] in ("bench.decode_split", "bench.gemm_tiers"):  # kernels and GEMMs alone, no server
-        return uses
+        return uses | ({"fa3"} if getattr(args, "kernel", None) == "fa3" else set())
     shared = args.server_args.split()
     if argv[0] == "bench.run":
         arms, extra, _, _ = module.settle(parser, args)

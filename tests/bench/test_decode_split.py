@@ -88,3 +88,15 @@ def test_a_plan_the_library_refuses_is_recorded_and_the_rest_still_run():
     assert rows[1]["ms"] is None and "padded batch size" in rows[1]["error"]
     assert rows[0]["ms"] > 0 and rows[2]["ms"] > 0
 
+
+
+def test_main_measures_fa3_s_split_counts_without_chunk_sizes(tmp_path):
+    from bench import decode_split as ds
+
+    out = tmp_path / "fa3.json"
+    assert ds.main(["--shape", "qwen3-tiny", "--device", "cpu", "--kernel", "fa3", "--splits", "off,4",
+                    "--needles", "5", "--batches", "short:2:4:8", "--loads", "2", "--kv-lens", "40",
+                    "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["kernel"] == "fa3" and set(result["bits"]) == {"off", "4"}
+    assert all("chunks" not in r and "fits" not in r for r in result["timing"])
