@@ -31,10 +31,16 @@ def prepare(args: argparse.Namespace) -> Path:
 def finish(result: dict, summary: dict, out: str | None) -> int:
     """Print ``summary`` as JSON and write the whole ``result`` to ``out`` (when given); exit status 0."""
     print(json.dumps(summary, indent=1))
+    save(result, out)
+    return 0
+
+
+def save(result: dict, out: str | None) -> None:
+    """Write ``result`` to ``out`` (when given), as far as it has come: a stage that takes the process down
+    leaves what ran before it."""
     if out:
         with open(out, "w") as f:
             json.dump(result, f, indent=1)
-    return 0
 
 
 def gpu_uuid() -> str | None:

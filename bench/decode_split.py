@@ -345,7 +345,7 @@ def main(argv=None) -> int:
                         for s, b in bits.items()},
                "ms": {f"{r['load']}x{r['kv_len']} {r['split']}": r["ms"] and round(r["ms"], 4) for r in rows}}
     if cuda and not fa3:  # written first, so a graph stage that takes the process down leaves the eager results
-        common.finish(result, {}, args.out)
+        common.save(result, args.out)
         from bench.decode_split_graph import graph_summary, graphs
 
         result["graph"], result["graph_timing"] = graphs(dims, sorted(grids), parse_splits(args.graph_splits),

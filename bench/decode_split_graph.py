@@ -233,7 +233,7 @@ def graphs(dims: tuple, sizes: Sequence[int], splits: Sequence[int], needles: Se
                                           if split > 0 else None, needles, batches, device))
             except Exception as exc:  # a finding to record; the other sizes and splits still run
                 trials.append({"slots": slots, "split": split_name(split), "error": str(exc)[-500:]})
-            common.finish(result, {}, out)
+            common.save(result, out)
     for slots in sizes:
         for load in sorted({min(8, slots), slots}):
             for kv_len in kv_lens:
@@ -245,5 +245,5 @@ def graphs(dims: tuple, sizes: Sequence[int], splits: Sequence[int], needles: Se
                     except Exception as exc:
                         row.update(ms=None, error=str(exc)[-500:])
                     times.append(row)
-            common.finish(result, {}, out)
+            common.save(result, out)
     return trials, times

@@ -29,3 +29,14 @@ def test_median_ms_times_one_call_of_the_function():
 
     ms = common.median_ms(sleepy, iters=3, trials=3, cuda=False)
     assert len(calls) == 9 and 1.9 <= ms < 50
+
+
+def test_save_writes_the_result_so_far_and_prints_nothing(tmp_path, capsys):
+    import json
+
+    from bench import common
+
+    out = tmp_path / "r.json"
+    common.save({"stage": 1}, str(out))
+    common.save({"stage": 2}, None)  # nowhere to write: nothing happens
+    assert json.loads(out.read_text()) == {"stage": 1} and capsys.readouterr().out == ""
