@@ -61,17 +61,23 @@ def test_chunks_graph_grid_and_the_split_options():
     assert ds.graph_grid(8, 4, 132, 8) == 33  # two blocks per SM per KV head
 
 
-def test_main_writes_bits_timing_and_capacity(tmp_path):
+def test_main_writes_bits_timing_and_capacity_and_fa3_s_split_counts(tmp_path):
     from bench import decode_split as ds
 
-    out = tmp_path / "split.json"
-    assert ds.main(["--shape", "qwen3-tiny", "--device", "cpu", "--splits", "off,auto,32", "--needles", "5,70",
-                    "--batches", "mixed:2:4:100", "--loads", "2", "--kv-lens", "40", "--graphs", "4",
-                    "--out", str(out)]) == 0
-    result = json.loads(out.read_text())
+    def run(*options):
+        out = tmp_path / "split.json"
+        assert ds.main(["--shape", "qwen3-tiny", "--device", "cpu", "--needles", "5,70", "--batches",
+                        "mixed:2:4:100", "--loads", "2", "--kv-lens", "40", "--out", str(out), *options]) == 0
+        return json.loads(out.read_text())
+
+    result = run("--splits", "off,auto,32", "--graphs", "4")
     assert set(result["bits"]) == {"off", "auto", "32"} and result["bits"]["32"]["divergent"] == 0
     assert [(r["split"], r["chunks"]) for r in result["timing"]] == [("off", 2), ("auto", 2), ("32", 4)]
     assert all(r["ms"] > 0 and set(r["fits"]) == {"4"} for r in result["timing"])
+    # FA3's split is a count per request: no chunk size, no grid to fit
+    fa3 = run("--kernel", "fa3", "--splits", "off,4")
+    assert fa3["kernel"] == "fa3" and set(fa3["bits"]) == {"off", "4"}
+    assert all("chunks" not in r and "fits" not in r for r in fa3["timing"])
 
 
 def test_a_plan_the_library_refuses_is_recorded_and_the_rest_still_run():
@@ -87,16 +93,3 @@ def test_a_plan_the_library_refuses_is_recorded_and_the_rest_still_run():
     assert [r["split"] for r in rows] == ["off", "8", "16"]
     assert rows[1]["ms"] is None and "padded batch size" in rows[1]["error"]
     assert rows[0]["ms"] > 0 and rows[2]["ms"] > 0
-
-
-
-def test_main_measures_fa3_s_split_counts_without_chunk_sizes(tmp_path):
-    from bench import decode_split as ds
-
-    out = tmp_path / "fa3.json"
-    assert ds.main(["--shape", "qwen3-tiny", "--device", "cpu", "--kernel", "fa3", "--splits", "off,4",
-                    "--needles", "5", "--batches", "short:2:4:8", "--loads", "2", "--kv-lens", "40",
-                    "--out", str(out)]) == 0
-    result = json.loads(out.read_text())
-    assert result["kernel"] == "fa3" and set(result["bits"]) == {"off", "4"}
-    assert all("chunks" not in r and "fits" not in r for r in result["timing"])
