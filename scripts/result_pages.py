@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Results pages drawn from GPU queue chunks: the demo (``demo.md``), calibration (``calibration.md``) and the
-GPU checks (``checks.md``).
+"""Results pages drawn from GPU queue chunks: the demo (``demo.md``), calibration (``calibration.md``), the
+GPU checks (``checks.md``) and the decode split experiment (``decode_split.md``).
 
 usage: scripts/result_pages.py [RESULTS_DIR]      (default docs/results; ``scripts/gpu_queue.py`` runs it)
 
 Invariants: each page is a pure function of the committed files it names (``demo``: the demo chunk's
 ``demo.json`` and ``chunk.json``; ``calibration``: every ``calibration.json`` under ``calibration/`` and the
 ``first_start.json`` of every ``calibrate-*`` chunk; ``checks``: the ``chunk.json``, pytest log and ``note.md``
-of every folder under ``checks/``); a page whose data is absent is not written.
+of every folder under ``checks/``; ``decode_split``: the ``decode_split*.json`` and ``chunk.json`` of every
+``decode-split-*`` chunk); a page whose data is absent is not written.
 """
 
 from __future__ import annotations
@@ -198,11 +199,81 @@ def checks_page(results: Path) -> str | None:
     return "\n".join(lines)
 
 
+def _ms(row: dict) -> str:
+    if row.get("ms") is None:
+        return "refused" if row.get("error") else "-"
+    fits = row.get("fits") or {}
+    return f"{row['ms']:.3f}" + ("" if all(fits.values()) else " (grid)")
+
+
+def _bits(b: dict | None) -> str:
+    if not isinstance(b, dict):
+        return "-"
+    if b.get("error") and not b.get("compared"):
+        return "refused"
+    return f"{b['divergent']} / {b['compared']}" + (f" (output {b['output_divergent']})"
+                                                     if "output_divergent" in b else "")
+
+
+def decode_split_page(results: Path) -> str | None:
+    """``decode_split.md``: each ``bench.decode_split`` run, its bits per split, eagerly and in CUDA graphs, and
+    its times."""
+    runs = sorted(results.glob("queue/decode-split-*/decode_split*.json"))
+    if not runs:
+        return None
+    lines = ["# Decode attention with a fixed KV split", "",
+             "Whether a fixed KV split keeps a request's attention bits whatever runs beside it, and what it buys "
+             "where few requests decode (`bench/decode_split.py`, `bench/decode_split_graph.py`). Bits: a needle "
+             "among co-runners against itself alone, output and log-sum-exp (\"output\": the bf16 output alone), "
+             "divergent / compared; `off` is what `--corun` serves, `auto` the library's own split (the negative "
+             "control). Times: one layer's attention, ms.", ""]
+    for path in runs:
+        r = json.loads(path.read_text())
+        lines += [f"## {r.get('kernel', 'flashinfer')}: {path.parent.name}", "",
+                  f"{_where(_record(path.parent))}; `{r.get('command', '')}`", "",
+                  "| split | needle among co-runners vs alone |", "| --- | --- |"]
+        lines += [f"| {s} | {_bits(b)} |" for s, b in r.get("bits", {}).items()]
+        timing = r.get("timing") or []
+        splits = list(dict.fromkeys(row["split"] for row in timing))
+        lines += ["", "Eager, per request count and KV length; \"(grid)\": more chunks than a CUDA-graph plan of "
+                  f"{' or '.join(map(str, r.get('graph_grid', {})))} slots holds without a wider grid.", "",
+                  "| requests x KV tokens | " + " | ".join(splits) + " |", "| --- |" + " ---: |" * len(splits)]
+        cells: dict = {}
+        for row in timing:
+            cells.setdefault(f"{row['load']} x {row['kv_len']}", {})[row["split"]] = _ms(row)
+        lines += [f"| {k} | " + " | ".join(v.get(s, "-") for s in splits) + " |" for k, v in cells.items()]
+        if r.get("graph"):
+            lines += ["", "In CUDA graphs: vs the needle alone eagerly (merge arrays fixed after an unsplit plan), "
+                      "vs alone in the graph, and without the fix (the control); a full graph of requests four "
+                      "splits long with FlashInfer's grid and with the widened one.", "",
+                      "| graph | split | grid | vs eager alone | vs graph alone | unfixed | full graph | error |",
+                      "| ---: | --- | ---: | --- | --- | --- | --- | --- |"]
+            for g in r["graph"]:
+                full = g.get("full_4x_split") or {}
+                lines.append(f"| {g['slots']} | {g['split']} | {g.get('grid') or '-'} | {_bits(g.get('fixed'))} | "
+                             f"{_bits(g.get('fixed_graph_alone'))} | {_bits(g.get('unfixed'))} | "
+                             f"{'; '.join(f'{k}: {v[:40]}' for k, v in full.items()) or '-'} | "
+                             f"{(g.get('error') or '-')[:80]} |")
+        if r.get("graph_timing"):
+            gsplits = list(dict.fromkeys(row["split"] for row in r["graph_timing"]))
+            lines += ["", "A graph replay (one layer), ms:", "",
+                      "| graph: requests x KV tokens | " + " | ".join(gsplits) + " |",
+                      "| --- |" + " ---: |" * len(gsplits)]
+            gcells: dict = {}
+            for row in r["graph_timing"]:
+                gcells.setdefault(f"{row['slots']}: {row['load']} x {row['kv_len']}", {})[row["split"]] = _ms(row)
+            lines += [f"| {k} | " + " | ".join(v.get(s, "-") for s in gsplits) + " |" for k, v in gcells.items()]
+        note = path.parent / "note.md"
+        lines += ["", note.read_text().strip() if note.is_file() else "", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def write(results: Path) -> list[str]:
     """Writes the pages whose data is committed; returns their names."""
     written = []
     for name, text in (("demo.md", demo_page(results / "queue" / "demo-smollm2")),
-                       ("calibration.md", calibration_page(results)), ("checks.md", checks_page(results))):
+                       ("calibration.md", calibration_page(results)), ("checks.md", checks_page(results)),
+                       ("decode_split.md", decode_split_page(results))):
         if text is not None:
             (results / name).write_text(text)
             written.append(name)

@@ -121,3 +121,37 @@ def test_a_cut_run_lists_only_the_tests_its_summary_reached():
     cut = [line for line in lines if not line.startswith("FAILED")]
     assert [t[:2] for t in pages.outcomes(cut)] == [("tests/gpu/test_server.py::test_starts", "PASSED")]
     assert pages.outcomes([]) == []
+
+
+def test_the_decode_split_page_tables_bits_times_and_graph_trials(tmp_path):
+    folder = tmp_path / "queue" / "decode-split-h100"
+    folder.mkdir(parents=True)
+    (folder / "chunk.json").write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3, 81559 MiB, GPU-1, 580",
+                                                   "commit": "abcdef0", "runtime": "r1"}))
+    (folder / "decode_split.json").write_text(json.dumps({
+        "kernel": "flashinfer", "command": "python -m bench.decode_split", "graph_grid": {"128": 159, "256": 319},
+        "bits": {"off": {"compared": 20, "divergent": 0, "output_divergent": 0},
+                 "auto": {"compared": 20, "divergent": 9, "output_divergent": 2},
+                 "512": {"compared": 0, "divergent": 0, "output_divergent": 0, "error": "out of workspace"}},
+        "timing": [{"load": 8, "kv_len": 544, "split": "off", "ms": 0.0403, "chunks": 8, "fits": {"128": True}},
+                   {"load": 8, "kv_len": 544, "split": "512", "ms": 0.0201, "chunks": 16, "fits": {"128": True}},
+                   {"load": 256, "kv_len": 2048, "split": "512", "ms": 0.5, "chunks": 1024, "fits": {"256": False}},
+                   {"load": 256, "kv_len": 2048, "split": "off", "ms": None, "error": "refused", "chunks": 256}],
+        "graph": [{"slots": 128, "split": "512", "grid": 1024,
+                   "fixed": {"compared": 10, "divergent": 0}, "fixed_graph_alone": {"compared": 10, "divergent": 0},
+                   "unfixed": {"compared": 10, "divergent": 3},
+                   "full_4x_split": {"FlashInfer's grid": "refused: new batch size", "grid 1024": "planned"}},
+                  {"slots": 256, "split": "off", "error": "CUDA error: an illegal memory access"}],
+        "graph_timing": [{"slots": 128, "load": 8, "kv_len": 544, "split": "off", "ms": 0.05},
+                         {"slots": 128, "load": 8, "kv_len": 544, "split": "512", "ms": 0.03}]}))
+    (folder / "note.md").write_text("What the bits showed.\n")
+    assert "decode_split.md" in pages.write(tmp_path)
+    text = (tmp_path / "decode_split.md").read_text()
+    assert "## flashinfer: decode-split-h100" in text and "commit abcdef0" in text
+    assert "| auto | 9 / 20 (output 2) |" in text and "| 512 | refused |" in text
+    assert "| requests x KV tokens | off | 512 |" in text
+    assert "| 8 x 544 | 0.040 | 0.020 |" in text and "| 256 x 2048 | refused | 0.500 (grid) |" in text
+    assert ("| 128 | 512 | 1024 | 0 / 10 | 0 / 10 | 3 / 10 | FlashInfer's grid: refused: new batch size; "
+            "grid 1024: planned | - |") in text
+    assert "| 256 | off | - | - | - | - | - | CUDA error: an illegal memory access |" in text
+    assert "| 128: 8 x 544 | 0.050 | 0.030 |" in text and text.rstrip().endswith("What the bits showed.")
