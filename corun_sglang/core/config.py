@@ -16,6 +16,8 @@ Invariants of a configuration that ``resolve()`` accepts:
   prompts only, on SGLang's breakable prefill graph, which captures no token count below the pack;
   without a pack, prefill runs eagerly or on the breakable graph (``PREFILL_GRAPH_BACKENDS``);
 - prefill and decode attention run on FlashInfer;
+- every scheduler process runs the model's unquantized GEMMs through ``gemm_library``
+  (``--corun-gemm-library``: PyTorch's preferred BLAS, cuBLASLt unless given);
 - sampling runs on the ``corun`` backend (request-bound random draws);
 - SGLang's batch-invariant ops (``--enable-deterministic-inference``) stay off;
 - MoE padding rows (``--corun-moe-padding``) resolve to ``skip`` or ``compute``; ``skip`` only
@@ -41,6 +43,11 @@ DEFAULT_MAX_RUNNING_REQUESTS = 256
 
 #: The only attention backend whose decode path runs without split-KV here.
 ATTENTION_BACKEND = "flashinfer"
+
+#: The GEMM library ``--corun`` runs unquantized GEMMs through unless ``--corun-gemm-library`` names another:
+#: through cuBLASLt a Qwen3 shape's narrow decode GEMMs give a row one order of summation from 32 rows up on
+#: an H100 and an H200, through cuBLAS from 128 and 72 rows (docs/results/gemm_tiers.md), at the same speed.
+GEMM_LIBRARY = "cublaslt"
 
 #: The sampling backend whose draws are bound to requests (``corun_sglang.serving.sampler``).
 SAMPLING_BACKEND = "corun"
@@ -208,6 +215,12 @@ def moe_padding(args: Any) -> str:
     return "skip" if triton and getattr(args, "quantization", None) is None else "compute"
 
 
+def gemm_library(args: Any) -> str:
+    """The library a ``--corun`` server's schedulers run unquantized GEMMs through (``GEMM_LIBRARY`` unless
+    ``--corun-gemm-library`` names another)."""
+    return getattr(args, "corun_gemm_library", None) or GEMM_LIBRARY
+
+
 def skips_moe_padding(args: Any) -> bool:
     """Whether ``args`` serve ``--corun`` with the decode graphs' padding rows kept out of the MoE experts."""
     return bool(getattr(args, "corun", False)) and moe_padding(args) == "skip"
@@ -265,6 +278,7 @@ class CorunConfig:
     sampling_backend: str | None
     random_seed: int | None
     moe_padding: str = "compute"
+    gemm_library: str = GEMM_LIBRARY
     prefill_pack: int | None = None
     prefill_pack_shortest: int | None = None
     prefill_pack_kernel: str | None = None
@@ -333,7 +347,7 @@ class CorunConfig:
             f"chunked_prefill_size={self.chunked_prefill_size}, page_size={self.page_size}, "
             f"attention={self.attention_backend} (no split-KV decode), "
             f"sampling={self.sampling_backend}, random_seed={self.random_seed}, "
-            f"moe_padding={self.moe_padding}, {self._cache()}, mixed_chunk=off, batch_invariant_ops=off"
+            f"moe_padding={self.moe_padding}, gemm={self.gemm_library}, {self._cache()}, mixed_chunk=off, batch_invariant_ops=off"
             + (f", tp_invariant={self.tp_invariant} shards (UNVERIFIED across TP sizes)" if self.tp_invariant else "")
             + (f", UNVERIFIED request parameters served: {', '.join(self.measured)}" if self.measured else "")
         )
@@ -454,6 +468,7 @@ def freeze(args: Any, records: Records, attention_backends: tuple[str, str], sho
         sampling_backend=args.sampling_backend,
         random_seed=args.random_seed,
         moe_padding=moe_padding(args),
+        gemm_library=gemm_library(args),
         prefill_pack=records.pack,
         prefill_pack_shortest=shortest,
         prefill_pack_kernel=prefill_kernel,

@@ -329,6 +329,7 @@ PART_OF_CORUN = (
     (("corun_calibrate", "corun_calibration_dir"), "--corun-calibrate / --corun-calibration-dir",
      "calibration is part of --corun", "drop them"),
     (("corun_moe_padding",), "--corun-moe-padding", "part of --corun", "drop --corun-moe-padding"),
+    (("corun_gemm_library",), "--corun-gemm-library", "part of --corun", "drop --corun-gemm-library"),
     (("corun_prefill_pack", "corun_prefill_pack_candidate", "corun_prefill_pack_wait"),
      "--corun-prefill-pack / --corun-prefill-pack-candidate / --corun-prefill-pack-wait",
      "packed prefill is part of --corun", "drop them"),
@@ -343,7 +344,7 @@ PART_OF_CORUN = (
 )
 
 #: What each of those fields is when not given.
-UNSET = {"corun_calibrate": "auto", "corun_moe_padding": "auto"}
+UNSET = {"corun_calibrate": "auto", "corun_moe_padding": "auto", "corun_gemm_library": "cublaslt"}
 
 
 def without_corun(args: Any) -> list[str]:

@@ -4,7 +4,8 @@ On a start with ``--corun-calibrate auto`` (the default) and no record or candid
 looks up its calibration in a cache folder (``--corun-calibration-dir``, else ``$CORUN_SGLANG_CACHE``/
 ``calibration``, else ``~/.cache/corun-sglang/calibration``) under its ``key``: a digest of the model's
 config, the server's own options (``flags``, with ``--corun-moe-padding`` and without the memory
-budget, ``MEMORY_OPTIONS``), the GPU, CUDA, the BLAS setup and the installed versions,
+budget, ``MEMORY_OPTIONS``), the GPU, CUDA, the BLAS setup (its library the schedulers', ``--corun-gemm-library``)
+and the installed versions,
 and what is calibrated (the tier candidates, the pack). Found, its verdicts are what it serves
 (``Calibration``: the decode tiers record and the prefill pack record, which the start loads,
 ``pipeline.records``, a pack waiting up to ``PACK_WAIT`` decode steps unless
@@ -74,11 +75,11 @@ PREFILL_GRAPH_FLAGS = ("--disable-prefill-cuda-graph", "--cuda-graph-backend-pre
 
 
 def tier_candidates(n: int) -> list[int]:
-    """The decode graph sizes calibration verifies below N: its quarters and 9N/32 (down to a multiple of 8),
-    those of at least 8. 9N/32 is 72 at N = 256, the smallest size whose narrow decode GEMMs (4,096 outputs or
-    fewer per rank) cuBLAS sums in the 256-row order on the Qwen3-8B and Qwen3-30B-A3B shapes: at 64 rows and
-    fewer it runs another kernel (docs/results/gemm_tiers.md), so there N/4 fails and 72 is the smallest tier."""
-    return sorted({q for q in (n // 4, 9 * n // 32 // 8 * 8, n // 2, 3 * n // 4) if 8 <= q < n})
+    """The decode graph sizes calibration verifies below N: N/8 and its quarters, those of at least 8. N/8 is 32
+    at N = 256, the smallest size whose narrow decode GEMMs (4,096 outputs or fewer per rank) cuBLASLt, the
+    GEMM library of ``--corun`` (``config.GEMM_LIBRARY``), sums in the 256-row order on the Qwen3-8B shape on
+    an H100 and an H200: at 24 rows and fewer it runs another kernel (docs/results/gemm_tiers.md)."""
+    return sorted({q for q in (n // 8, n // 4, n // 2, 3 * n // 4) if 8 <= q < n})
 
 
 def _chooses_prefill_graph(cuda_graph_config: str) -> bool:
@@ -432,7 +433,8 @@ def key_parts(args: Any, server_flags: list[str], gpu: str | None) -> dict:
         "n": n,
         "gpu": gpu,
         "cuda": torch.version.cuda,
-        "blas": {k: environment.flat(v) for k, v in sorted(environment.blas_setup().items())},
+        "blas": {k: environment.flat(v)
+                 for k, v in sorted(environment.blas_setup(library=config.gemm_library(args)).items())},
         "versions": environment.versions(),
         "tier candidates": tier_candidates(n),
         "pack": PACK,

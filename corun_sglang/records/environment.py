@@ -167,14 +167,16 @@ def versions(names: Iterable[str] = DISTRIBUTIONS) -> dict[str, str]:
     return out
 
 
-def blas_setup(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The BLAS library PyTorch runs unquantized GEMMs through (``torch.backends.cuda.preferred_blas_library``,
-    which ``TORCH_BLAS_PREFER_CUBLASLT`` sets) and the ``BLAS_ENV`` settings (None where unset)."""
+def blas_setup(environ: Mapping[str, str] | None = None, library: str | None = None) -> dict[str, Any]:
+    """The BLAS library PyTorch runs unquantized GEMMs through and the ``BLAS_ENV`` settings (None where unset).
+    The library is this process's (``torch.backends.cuda.preferred_blas_library``, which
+    ``TORCH_BLAS_PREFER_CUBLASLT`` sets and a ``--corun`` scheduler sets to ``--corun-gemm-library``), or
+    ``library`` where given: the one a launcher's schedulers will run."""
     import torch
 
     environ = os.environ if environ is None else environ
-    return {"library": torch.backends.cuda.preferred_blas_library().name.lower(),
-            **{name: environ.get(name) for name in BLAS_ENV}}
+    library = library or torch.backends.cuda.preferred_blas_library().name.lower()
+    return {"library": library, **{name: environ.get(name) for name in BLAS_ENV}}
 
 
 def flat(value: Any) -> Value:

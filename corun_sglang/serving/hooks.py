@@ -179,7 +179,8 @@ HOOKS: tuple[Hook, ...] = (
         HookType.AROUND,
         startup.scheduler_init,
         why="Every process that serves `--corun` passes the startup check (versions, patches, hooks, bindings) "
-            "before it loads weights, not only the one that parsed the options.",
+            "before it loads weights, not only the one that parsed the options, and runs its GEMMs through "
+            "`--corun-gemm-library` (cuBLASLt by default), which decides the smallest verifiable decode tier.",
         sglang="A scheduler subprocess starts from the pickled `ServerArgs` and loads its plugins itself; nothing "
                "checks that this process carries their hooks.",
         upstream="A plugin check that SGLang runs in every scheduler process before loading the model, and that "

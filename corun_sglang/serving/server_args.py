@@ -93,6 +93,14 @@ class CorunServerArgs(SGLangServerArgs):
         "'skip' where SGLang resolves the MoE runner to auto or triton (its Triton kernels) and "
         "--quantization is unset, else 'compute'.",
     ] = "auto"
+    corun_gemm_library: A[
+        Literal["cublaslt", "cublas"],
+        "With --corun: the library every scheduler process runs the model's unquantized GEMMs through "
+        "(PyTorch's preferred BLAS). Through 'cublaslt' (the default) a Qwen3 shape's decode GEMMs give a row "
+        "the same bits from 32 rows up, so a light load decodes in a graph of N/8 slots; through 'cublas' "
+        "(PyTorch's own default) only from 128 rows on an H100 and 72 on an H200. Outputs are deterministic "
+        "either way; records and calibrations hold for the library they were verified with.",
+    ] = "cublaslt"
     corun_default_max_new_tokens: A[
         Optional[int],
         "With --corun: the max_new_tokens of a request that sets none (a chat completion without "

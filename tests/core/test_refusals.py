@@ -101,6 +101,7 @@ def test_decode_graph_sizes_given_must_be_those_a_tiered_server_captures():
 @pytest.mark.parametrize("given, flag", [
     ({"corun_calibrate": "off"}, "--corun-calibrate"),
     ({"corun_moe_padding": "skip"}, "--corun-moe-padding"),
+    ({"corun_gemm_library": "cublas"}, "--corun-gemm-library"),
     ({"corun_prefill_pack_wait": 4}, "--corun-prefill-pack-wait"),
     ({"corun_prefix_cache": True}, "--corun-prefix-cache"),
     ({"corun_decode_tier_candidates": "64"}, "--corun-decode-tier-candidates"),

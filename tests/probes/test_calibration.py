@@ -18,13 +18,32 @@ from corun_sglang.core import errors
 ENV = {"gpu": "NVIDIA H200"}
 
 
-def test_tier_candidates_are_the_quarters_of_n_and_nine_32nds():
-    assert calibration.tier_candidates(256) == [64, 72, 128, 192]
-    assert calibration.tier_candidates(512) == [128, 144, 256, 384]
-    assert calibration.tier_candidates(128) == [32, 64, 96]
-    assert calibration.tier_candidates(64) == [16, 32, 48]
+def test_tier_candidates_are_an_eighth_and_the_quarters_of_n():
+    assert calibration.tier_candidates(256) == [32, 64, 128, 192]
+    assert calibration.tier_candidates(512) == [64, 128, 256, 384]
+    assert calibration.tier_candidates(128) == [16, 32, 64, 96]
+    assert calibration.tier_candidates(64) == [8, 16, 32, 48]
     assert calibration.tier_candidates(16) == [8, 12]
     assert calibration.tier_candidates(8) == []
+
+
+def test_the_key_holds_the_gemm_library_the_schedulers_run_not_this_process(make_args, monkeypatch):
+    """A launcher's own BLAS preference is not its schedulers' (``--corun-gemm-library`` is): two servers that
+    differ only in the library key two calibrations, whatever the launcher process prefers."""
+    import torch
+
+    monkeypatch.setattr(calibration, "model_config", lambda args: {"hidden_size": 64})
+    lt = make_args(corun=True, corun_calibrate="off")
+    plain = make_args(corun=True, corun_calibrate="off", corun_gemm_library="cublas")
+    before = torch.backends.cuda.preferred_blas_library()
+    try:
+        for launcher in ("cublas", "cublaslt"):
+            torch.backends.cuda.preferred_blas_library(launcher)
+            parts = {name: calibration.key_parts(a, [], "NVIDIA H100") for name, a in (("lt", lt), ("plain", plain))}
+            assert parts["lt"]["blas"]["library"] == "cublaslt" and parts["plain"]["blas"]["library"] == "cublas"
+            assert calibration.key(parts["lt"]) != calibration.key(parts["plain"])
+    finally:
+        torch.backends.cuda.preferred_blas_library(before)
 
 
 @pytest.mark.parametrize("mode,given,gpu,cached,want", [

@@ -174,6 +174,16 @@ def test_a_prefill_pack_record_of_another_model_or_unreadable_refuses_to_start(p
         parse("--corun", "--corun-prefill-pack", _pack_record(tmp_path), "--corun-prefill-pack-candidate", "1024")
 
 
+def test_the_gemm_library_is_cublaslt_unless_named_and_only_under_corun(parse):
+    cfg = parse("--corun").corun_config
+    assert cfg.gemm_library == "cublaslt" and "gemm=cublaslt" in cfg.summary()
+    assert parse("--corun", "--corun-gemm-library", "cublas").corun_config.gemm_library == "cublas"
+    with pytest.raises(config.CorunConfigError, match="--corun-gemm-library: part of --corun"):
+        parse("--corun-gemm-library", "cublas")
+    with pytest.raises(SystemExit):  # argparse names the choices
+        parse("--corun", "--corun-gemm-library", "rocblas")
+
+
 def test_moe_padding_rows_skip_the_experts_only_under_corun(parse):
     args = parse("--corun")  # auto, on the runner SGLang resolves (Triton kernels, unquantized)
     assert args.corun_moe_padding == "auto" and args.moe_runner_backend == "auto"
@@ -298,7 +308,7 @@ def test_without_corun_resolution_is_sglangs_own(sglang_plugins, tiny_model, arg
     assert ours.pop("corun") is False
     assert ours.pop("corun_ablation") is None
     assert ours.pop("corun_decode_tiers") is None and ours.pop("corun_decode_tier_candidates") is None
-    assert ours.pop("corun_moe_padding") == "auto"
+    assert ours.pop("corun_moe_padding") == "auto" and ours.pop("corun_gemm_library") == "cublaslt"
     assert ours.pop("corun_prefill_pack") is None and ours.pop("corun_prefill_pack_candidate") is None
     assert ours.pop("corun_prefill_pack_wait") is None
     assert ours.pop("corun_default_max_new_tokens") is None

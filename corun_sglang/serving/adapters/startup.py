@@ -16,9 +16,15 @@ logger = logging.getLogger(__name__)
 
 @state.corun_only
 def scheduler_init(original, self, server_args, *args, **kwargs):
-    """Scheduler start: a ``--corun`` scheduler re-checks its own process before loading weights."""
+    """Scheduler start: a ``--corun`` scheduler re-checks its own process and sets its GEMM library
+    (``CorunConfig.gemm_library``) before it loads weights, so every GEMM it runs, captured or not, goes
+    through that library."""
+    import torch
+
     check_startup()
-    logger.info("corun scheduler: %s", state.config().summary())
+    cfg = state.config()
+    torch.backends.cuda.preferred_blas_library(cfg.gemm_library)
+    logger.info("corun scheduler: %s", cfg.summary())
     return original(self, server_args, *args, **kwargs)
 
 

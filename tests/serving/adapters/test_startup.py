@@ -10,6 +10,34 @@ from corun_sglang.serving.adapters import startup
 from corun_sglang.core.stops import CorunContractError
 
 
+@pytest.mark.parametrize("library", ["cublas", "cublaslt"])
+def test_a_corun_scheduler_runs_its_gemms_through_the_configured_library_before_loading(make_args, monkeypatch,
+                                                                                        library):
+    """The library is set before SGLang's own ``Scheduler.__init__`` (weights, graph capture) runs; a scheduler
+    without ``--corun`` keeps the process's (the control)."""
+    import torch
+    from sglang.srt.runtime_context import publish
+
+    monkeypatch.setattr(startup, "check_startup", lambda: None)
+    other = "cublas" if library == "cublaslt" else "cublaslt"
+    before = torch.backends.cuda.preferred_blas_library()
+    seen = []
+
+    def sglang_init(self, server_args):
+        seen.append(torch.backends.cuda.preferred_blas_library().name.lower())
+
+    try:
+        torch.backends.cuda.preferred_blas_library(other)
+        publish(make_args(corun=True, corun_calibrate="off", corun_gemm_library=library), role="scheduler")
+        startup.scheduler_init(sglang_init, object(), None)
+        publish(make_args(), role="scheduler")
+        torch.backends.cuda.preferred_blas_library(other)
+        startup.scheduler_init(sglang_init, object(), None)
+    finally:
+        torch.backends.cuda.preferred_blas_library(before)
+    assert seen == [library, other]
+
+
 def test_a_pack_record_from_another_environment_stops_the_server_and_a_candidate_logs_its_own(
         make_args, tmp_path, monkeypatch, caplog):
     from corun_sglang.records import environment
