@@ -7,7 +7,7 @@ State an adapter keeps about an SGLang object lives in a ``weakref.WeakKeyDictio
 that do not hash, a ``state.IdentityMap``) of the module that owns it, never on the object.
 
 - ``state``: what every adapter reads (this process's configuration, a request's reservation);
-- ``startup``: the scheduler's start, the decode graph runner's sizes and records;
+- ``startup``: the scheduler's start (its check, its GEMM library), the decode graph runner's sizes and records;
 - ``admission``: chunk budget, full-sequence admission, the prefill pack wait, no retraction,
   the default ``max_new_tokens``;
 - ``prefill``: packed prefill (graphs, replay, eager stop, plans, LM head rows);

@@ -1,5 +1,6 @@
-"""Adapters at start: a ``--corun`` scheduler re-checks its process; the decode graph runner holds exactly
-the configured graphs, and every record served holds in this environment (``environment.foreign``)."""
+"""Adapters at start: a ``--corun`` scheduler re-checks its process and runs its GEMMs through the configured
+library (``CorunConfig.gemm_library``); the decode graph runner holds exactly the configured graphs, and every
+record served holds in this environment (``environment.foreign``)."""
 
 from __future__ import annotations
 
