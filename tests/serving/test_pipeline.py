@@ -106,6 +106,22 @@ def test_a_calibrated_pack_the_options_exclude_is_not_served_and_says_why(make_a
     assert cfg.prefill_pack is None and cfg.prefix_grid is not None and "prefix" in cfg.calibration["why"]["pack"]
 
 
+def test_the_candidate_server_runs_the_serving_gemm_library_and_each_library_calibrates_apart(
+        make_args, calibrating, tmp_path, monkeypatch):
+    started = []
+    real = calibrating.start
+    monkeypatch.setattr(calibrating, "start",
+                        lambda model_path, options, log: started.append(list(options)) or real(model_path, options, log))
+    lt = make_args(corun=True, corun_calibration_dir=str(tmp_path)).corun_config
+    plain = make_args(corun=True, corun_calibration_dir=str(tmp_path), corun_gemm_library="cublas").corun_config
+    assert (lt.gemm_library, plain.gemm_library) == ("cublaslt", "cublas")
+    assert "--corun-gemm-library" not in started[0]  # the default travels as the default
+    assert started[1][started[1].index("--corun-gemm-library") + 1] == "cublas"
+    assert lt.calibration["folder"] != plain.calibration["folder"] and calibrating.calls == 4
+    make_args(corun=True, corun_calibration_dir=str(tmp_path), corun_gemm_library="cublas")
+    assert len(started) == 2  # found in the cache: no third candidate server
+
+
 def test_a_given_wait_wins_and_a_wait_needs_a_pack(make_args, calibrating, tmp_path):
     cfg = make_args(corun=True, corun_calibration_dir=str(tmp_path), corun_prefill_pack_wait=4).corun_config
     assert cfg.prefill_pack == 1024 and cfg.prefill_pack_wait == 4
