@@ -63,6 +63,8 @@ ARMS = {
     "CoRun-nocal": ["--corun", "--corun-calibrate", "off"],
     # ablation: CoRun whose calibrated pack never waits for more prompts (packing.waits)
     "CoRun-nowait": ["--corun", "--corun-prefill-pack-wait", "0"],
+    # ablation: CoRun's GEMMs through cuBLAS, PyTorch's default, and the decode tiers its calibration verifies there
+    "CoRun-cublas": ["--corun", "--corun-gemm-library", "cublas"],
     # CoRun with its deterministic prefix cache: the radix cache on, serving the hits that keep the bits
     "CoRun-prefix": ["--corun", "--corun-prefix-cache"],
     # CoRun with decode tiers: the sizes of --tier-candidates that corun-sglang verify-tiers keeps (a given
@@ -335,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="extra server options for one arm (repeatable), e.g. BI=--disable-prefill-cuda-graph")
     parser.add_argument("--arm-env", action="append", default=[], metavar="ARM=NAME=VALUE",
                         help="an environment variable for one arm's server (repeatable), e.g. "
-                             "CoRun-tiers=TORCH_BLAS_PREFER_CUBLASLT=1")
+                             "CoRun=CUBLASLT_WORKSPACE_SIZE=33554432")
     parser.add_argument("--done", action="append", default=[], metavar="RUNS",
                         help="another results file (repeatable), e.g. the committed runs.jsonl: the whole "
                              "repetitions it holds are not run again; new rows still go to --out")
