@@ -254,6 +254,10 @@ def foreign(served: Iterable[Any], env: Mapping[str, Any]) -> str | None:
     for item in served:
         differ = [] if item.record is None else mismatches(item.record.environment, env)
         if differ:
+            library = item.record.environment.get("blas library")
+            serve_it = (f", serve it with --corun-gemm-library {library}"
+                        if library in ("cublas", "cublaslt") and library != env.get("blas library") else "")
             return (f"{item.option} {item.record.source} was verified in another environment ("
-                    + "; ".join(differ) + f"). Fix: run `corun-sglang {item.command}` here, or drop {item.option}")
+                    + "; ".join(differ) + f"). Fix: run `corun-sglang {item.command}` here{serve_it}, "
+                    f"or drop {item.option}")
     return None

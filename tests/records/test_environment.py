@@ -168,3 +168,14 @@ def test_a_served_record_from_another_environment_is_named_with_its_fix():
     problem = environment.foreign(served, {**ENV, "gpu": "NVIDIA H100"})
     assert problem.startswith("--corun-decode-tiers tiers.json was verified in another environment (gpu: ")
     assert problem.endswith("Fix: run `corun-sglang verify-tiers` here, or drop --corun-decode-tiers")
+
+
+def test_a_record_verified_through_the_other_gemm_library_names_the_option_that_serves_it():
+    record = types.SimpleNamespace(environment={**ENV, "blas library": "cublas"}, source="tiers.json")
+    served = [config.Served(record, "--corun-decode-tiers", "verify-tiers")]
+    problem = environment.foreign(served, {**ENV, "blas library": "cublaslt"})
+    assert "blas library: verified with 'cublas', this server has 'cublaslt'" in problem
+    assert problem.endswith("Fix: run `corun-sglang verify-tiers` here, serve it with --corun-gemm-library cublas, "
+                            "or drop --corun-decode-tiers")
+    problem = environment.foreign(served, {**ENV, "blas library": "cublas", "gpu": "other"})
+    assert "--corun-gemm-library" not in problem  # the library is not what differs
