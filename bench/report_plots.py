@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.report_rows import NOCAL_ARM, NOWAIT_ARM, ORDER, PACK_ARM, PREFIX_ARM, TIERS_ARM, WAIT_ARM
+from bench.report_rows import CUBLAS_ARM, NOCAL_ARM, NOWAIT_ARM, ORDER, PACK_ARM, PREFIX_ARM, TIERS_ARM, WAIT_ARM
 
 #: Each arm's colour in every plot (matplotlib's tab10, then named colours; gray marks an arm outside it).
 COLOURS = {"STD": "tab:blue", "BI": "tab:orange", "SplitKV-off": "tab:purple", "SplitKV-off+IsoPrefill": "tab:brown",
            "CoRun": "tab:green", TIERS_ARM: "tab:red", PACK_ARM: "tab:cyan", WAIT_ARM: "tab:olive",
            "CoRun-moecompute": "tab:pink", NOCAL_ARM: "yellowgreen", "STD-flashinfer": "lightsteelblue",
-           "BI-flashinfer": "navajowhite", PREFIX_ARM: "darkgreen", NOWAIT_ARM: "mediumseagreen"}
+           "BI-flashinfer": "navajowhite", PREFIX_ARM: "darkgreen", NOWAIT_ARM: "mediumseagreen",
+           CUBLAS_ARM: "cadetblue"}
 assert set(ORDER) <= set(COLOURS)
 
 

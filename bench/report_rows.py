@@ -30,6 +30,8 @@ NOCAL_ARM = "CoRun-nocal"
 TIERS_ARM = "CoRun-tiers"
 #: CoRun whose calibrated pack never waits for more prompts (``--corun-prefill-pack-wait 0``).
 NOWAIT_ARM = "CoRun-nowait"
+#: CoRun whose GEMMs go through cuBLAS (``--corun-gemm-library cublas``), with the tiers that allows.
+CUBLAS_ARM = "CoRun-cublas"
 #: CoRun-tiers serving a verified prefill pack (``corun-sglang verify-prefill-pack``) too.
 PACK_ARM = "CoRun-tiers-pack"
 #: CoRun-tiers-pack whose packs wait for more prompts (``--corun-prefill-pack-wait``).
@@ -37,8 +39,8 @@ WAIT_ARM = "CoRun-tiers-pack-wait"
 #: CoRun with its deterministic prefix cache (``--corun-prefix-cache``).
 PREFIX_ARM = "CoRun-prefix"
 #: Every arm, in the order tables and plots show them.
-ORDER = ("STD", "STD-flashinfer", "BI", "BI-flashinfer", *ABLATION_ARMS, NOCAL_ARM, NOWAIT_ARM, "CoRun", PREFIX_ARM, TIERS_ARM,
-         PACK_ARM, WAIT_ARM)
+ORDER = ("STD", "STD-flashinfer", "BI", "BI-flashinfer", *ABLATION_ARMS, NOCAL_ARM, NOWAIT_ARM, CUBLAS_ARM, "CoRun",
+         PREFIX_ARM, TIERS_ARM, PACK_ARM, WAIT_ARM)
 #: The fewest decode steps a client-measured decode phase must span to be measured: one interval of the
 #: server's decode log. A shorter one (a trace whose first wave holds a request of a few output tokens)
 #: is a handful of steps, whose timings the client's reads and the step a prefill lands in decide.

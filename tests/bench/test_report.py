@@ -236,6 +236,14 @@ def test_a_study_shows_every_arm_beside_corun_with_its_ratios(tmp_path, bench_ro
     assert "CoRun/BI 1.20 (1.20-1.20), CoRun/STD 0.60 (0.60-0.60); CoRun-tiers-pack/BI 2.20 (2.20-2.20), CoRun-tiers-pack/STD 1.10 (1.10-1.10)" in text
 
 
+def test_a_study_of_corun_through_cublas_shows_it_beside_corun_and_in_the_aggregate(tmp_path, bench_row):
+    rows = [{**bench_row(arm, rep, "sharegpt", t), "study": "gemm"}
+            for rep in range(3) for arm, t in (("CoRun-cublas", 900), ("CoRun", 1000))]
+    text = _report(tmp_path, rows)
+    assert "| sharegpt | CoRun-cublas | 900 (900-900) | - | - | 0.90 (0.90-0.90) |" in text
+    assert "(tok/s): CoRun-cublas 900, CoRun 1000" in text
+
+
 def test_a_decode_phase_of_fewer_steps_than_a_log_interval_is_not_measured(tmp_path, bench_row):
     # azure-conv's first wave decodes together for 10 steps (0.4 s at 6400 tok/s, a wave of 256);
     # fixed-1024-128's for 100
