@@ -347,7 +347,8 @@ class CorunConfig:
             f"chunked_prefill_size={self.chunked_prefill_size}, page_size={self.page_size}, "
             f"attention={self.attention_backend} (no split-KV decode), "
             f"sampling={self.sampling_backend}, random_seed={self.random_seed}, "
-            f"moe_padding={self.moe_padding}, gemm={self.gemm_library}, {self._cache()}, mixed_chunk=off, batch_invariant_ops=off"
+            f"moe_padding={self.moe_padding}, gemm={self.gemm_library}, {self._cache()}, mixed_chunk=off, "
+            "batch_invariant_ops=off"
             + (f", tp_invariant={self.tp_invariant} shards (UNVERIFIED across TP sizes)" if self.tp_invariant else "")
             + (f", UNVERIFIED request parameters served: {', '.join(self.measured)}" if self.measured else "")
         )

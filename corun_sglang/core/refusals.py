@@ -344,7 +344,7 @@ PART_OF_CORUN = (
 )
 
 #: What each of those fields is when not given.
-UNSET = {"corun_calibrate": "auto", "corun_moe_padding": "auto", "corun_gemm_library": "cublaslt"}
+UNSET = {"corun_calibrate": "auto", "corun_moe_padding": "auto", "corun_gemm_library": config.GEMM_LIBRARY}
 
 
 def without_corun(args: Any) -> list[str]:

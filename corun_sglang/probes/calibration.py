@@ -3,11 +3,10 @@
 On a start with ``--corun-calibrate auto`` (the default) and no record or candidate given, the server
 looks up its calibration in a cache folder (``--corun-calibration-dir``, else ``$CORUN_SGLANG_CACHE``/
 ``calibration``, else ``~/.cache/corun-sglang/calibration``) under its ``key``: a digest of the model's
-config, the server's own options (``flags``, with ``--corun-moe-padding`` and without the memory
-budget, ``MEMORY_OPTIONS``), the GPU, CUDA, the BLAS setup (its library the schedulers', ``--corun-gemm-library``)
-and the installed versions,
-and what is calibrated (the tier candidates, the pack). Found, its verdicts are what it serves
-(``Calibration``: the decode tiers record and the prefill pack record, which the start loads,
+config, the server's own options (``flags``, with ``--corun-moe-padding`` and ``--corun-gemm-library`` where
+given, and without the memory budget, ``MEMORY_OPTIONS``), the GPU, CUDA, the BLAS setup (its library the
+schedulers', not this process's) and the installed versions, and what is calibrated (the tier candidates,
+the pack). Found, its verdicts are what it serves (``Calibration``: the decode tiers record and the prefill pack record, which the start loads,
 ``pipeline.records``, a pack waiting up to ``PACK_WAIT`` decode steps unless
 ``--corun-prefill-pack-wait`` is given). Not found, or with ``force``, the probes run first and their
 verdicts are cached. A probe that fails leaves its part unserved (plain N, isolated prefill: still

@@ -106,9 +106,11 @@ def _calibration_flags(args: Any, sglang_defaults: Mapping[str, Any]) -> tuple[l
     """The serving command's options a candidate server gets, and those that name a calibration (its key)."""
     free = {name for name in sglang_defaults if (g := options.group_of(name)) is not None
             and g.kind == "free" and not g.why.startswith("the model")}
-    own = (["--corun-moe-padding", args.corun_moe_padding] if args.corun_moe_padding != "auto" else []) + (
-        ["--corun-gemm-library", config.gemm_library(args)] if config.gemm_library(args) != config.GEMM_LIBRARY
-        else [])
+    own = []  # corun's own options that change a kernel, where not at their defaults
+    if args.corun_moe_padding != "auto":
+        own += ["--corun-moe-padding", args.corun_moe_padding]
+    if config.gemm_library(args) != config.GEMM_LIBRARY:
+        own += ["--corun-gemm-library", config.gemm_library(args)]
     server_flags = calibration.flags(args, sglang_defaults, free) + own
     # how much memory the server takes sizes its KV pool, not a kernel: it does not name a calibration
     key_flags = calibration.flags(args, sglang_defaults, free | calibration.MEMORY_OPTIONS) + own
