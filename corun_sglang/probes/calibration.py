@@ -1,17 +1,16 @@
 """``--corun-calibrate``: ``--corun`` alone serves the fastest configuration verified for its environment.
 
-On a start with ``--corun-calibrate auto`` (the default) and no record or candidate given, the server
-looks up its calibration in a cache folder (``--corun-calibration-dir``, else ``$CORUN_SGLANG_CACHE``/
-``calibration``, else ``~/.cache/corun-sglang/calibration``) under its ``key``: a digest of the model's
-config, the server's own options (``flags``, with ``--corun-moe-padding`` and ``--corun-gemm-library`` where
-given, and without the memory budget, ``MEMORY_OPTIONS``), the GPU, CUDA, the BLAS setup (its library the
-schedulers', not this process's) and the installed versions, and what is calibrated (the tier candidates,
-the pack). Found, its verdicts are what it serves (``Calibration``: the decode tiers record and the prefill pack record, which the start loads,
-``pipeline.records``, a pack waiting up to ``PACK_WAIT`` decode steps unless
-``--corun-prefill-pack-wait`` is given). Not found, or with ``force``, the probes run first and their
-verdicts are cached. A probe that fails leaves its part unserved (plain N, isolated prefill: still
-deterministic) with a log line saying why, and that verdict is cached too until ``force``.
-``off`` serves plain ``--corun``; given records or candidates always win.
+On a start with ``--corun-calibrate auto`` (the default) and no record or candidate given, the server looks up its
+calibration in a cache folder (``--corun-calibration-dir``, else ``$CORUN_SGLANG_CACHE``/ ``calibration``, else
+``~/.cache/corun-sglang/calibration``) under its ``key``: a digest of the model's config, the server's own options
+(``flags``, with ``--corun-moe-padding`` and ``--corun-gemm-library`` where given, and without the memory budget,
+``MEMORY_OPTIONS``), the GPU, CUDA, the BLAS setup (its library the schedulers', not this process's) and the
+installed versions, and what is calibrated (the tier candidates, the pack). Found, its verdicts are what it serves
+(``Calibration``: the decode tiers record and the prefill pack record, which the start loads, ``pipeline.records``,
+a pack waiting up to ``PACK_WAIT`` decode steps unless ``--corun-prefill-pack-wait`` is given). Not found, or with
+``force``, the probes run first and their verdicts are cached. A probe that fails leaves its part unserved (plain
+N, isolated prefill: still deterministic) with a log line saying why, and that verdict is cached too until
+``force``. ``off`` serves plain ``--corun``; given records or candidates always win.
 
 Both probes run on one candidate server, started with this server's options, its memory budget and both
 candidates (``candidate_flags``: ``tier_candidates(N)`` and ``PACK``): the server's own model is loaded only
