@@ -27,6 +27,8 @@ Invariants:
 - A chunk is current iff its record says it finished (rc 0) and, for ``evidence = "runtime"``, its runtime
   hash equals HEAD's; ``stock`` chunks measure stock SGLang and stay current. Everything else is pending,
   in the file's order.
+- ``exec`` runs a chunk only where SGLang is installed, but a ``bare`` one (the host's PyTorch is all it
+  imports): that one runs on a bare host too, before or without staging.
 - ``exec`` always leaves the chunk's whole folder in ``$OUT`` as one archive, also when the command fails or
   runs out of time; ``ingest`` replaces the results folder whole, so a chunk cut short reruns whole.
 - ``stage`` packs every file into calls of at most ``CALL_BYTES`` together with the working tree, splitting
@@ -84,6 +86,7 @@ class Chunk:
     evidence: str = "runtime"
     results: str = ""
     page: str = ""  # the results page its data feeds (under docs/results)
+    bare: bool = False  # runs on the host's own PyTorch, without SGLang: on a bare host, before any staging
 
     @property
     def folder(self) -> Path:
@@ -102,6 +105,8 @@ def load(path: Path = QUEUE) -> list[Chunk]:
             raise ValueError(f"chunk {chunk.id}: evidence must be runtime|stock and gpu {'|'.join(GPUS)}")
         if set(chunk.needs) - set(NEEDS):
             raise ValueError(f"chunk {chunk.id}: needs {sorted(set(chunk.needs) - set(NEEDS))} unknown")
+        if chunk.bare and (chunk.needs or chunk.evidence != "stock"):
+            raise ValueError(f"chunk {chunk.id}: a bare chunk needs nothing staged and measures stock code only")
         if chunk.minutes > 8:
             raise ValueError(f"chunk {chunk.id}: {chunk.minutes} minutes, over the 8 a chunk may take")
         chunks.append(chunk)
@@ -368,7 +373,7 @@ def execute(chunk: Chunk, commit: str, runtime: str, out: Path, limit_s: int = E
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **host_facts()}
     env = {**host_env(), "R": str(folder), MARK: f"{chunk.id}-{os.getpid()}-{time.time_ns()}"}
     start = time.monotonic()
-    if not installed():
+    if not chunk.bare and not installed():
         record.update(rc=3, error=f"SGLang is not installed here, nor staged into {SITE} (docs/gpu_queue.md)")
     else:
         with open(folder / "chunk.log", "w") as log:

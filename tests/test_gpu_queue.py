@@ -37,6 +37,8 @@ def test_the_committed_queue_loads_and_every_chunk_fits_one_call():
     ('minutes = 1\nneeds = ["tpu"]', "unknown"),
     ('minutes = 1\nevidence = "maybe"', "evidence"),
     ('minutes = 1\nwhen = "now"', "unknown keys"),
+    ('minutes = 1\nevidence = "stock"\nbare = true\nneeds = ["fa3"]', "a bare chunk needs nothing staged"),
+    ('minutes = 1\nbare = true', "a bare chunk needs nothing staged"),  # runtime evidence needs the runtime
 ])
 def test_a_malformed_chunk_is_refused_by_name(tmp_path, entry, message):
     path = tmp_path / "q.toml"
@@ -181,6 +183,54 @@ def test_a_chunk_runs_into_its_folder_and_comes_back_whole_even_when_cut(tmp_pat
     assert queue.execute(chunk, "abd", "rt", out) == 0
     assert queue.ingest(chunk, out)["rc"] == 0 and not (folder / "result.txt").exists()
     assert queue.verdict(chunk, queue.record_of(chunk), "rt") == "current"
+
+
+def test_a_bare_chunk_runs_where_sglang_is_not_installed_and_another_does_not(tmp_path, monkeypatch):
+    monkeypatch.setattr(queue, "ROOT", tmp_path)
+    monkeypatch.setattr(queue, "CALIBRATION", tmp_path / "calibration")
+    monkeypatch.setattr(queue, "CHUNKS", tmp_path / "chunks")
+    monkeypatch.setattr(queue, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(queue, "installed", lambda: False)
+    monkeypatch.setattr(queue, "host_facts", lambda: {})
+    command = "echo 42 > $R/result.txt"
+    assert queue.execute(queue.Chunk("b", "t", command, 1, evidence="stock", bare=True), "abc", "rt", tmp_path / "o") == 0
+    assert (tmp_path / "chunks" / "b" / "result.txt").read_text() == "42\n"
+    assert queue.execute(queue.Chunk("n", "t", command, 1, evidence="stock"), "abc", "rt", tmp_path / "o") == 3
+    assert not (tmp_path / "chunks" / "n" / "result.txt").exists()
+
+
+def _without_sglang(module: str) -> None:
+    """Imports ``module`` afresh with SGLang, FlashInfer and Transformers unimportable, as on a bare host."""
+    blocked = ("sglang", "flashinfer", "transformers")
+
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in blocked:
+                raise ImportError(f"{name} is not on a bare host")
+
+    saved = {name: mod for name, mod in sys.modules.items()
+             if name.split(".")[0] in (*blocked, "corun_sglang", "bench")}
+    for name in saved:
+        del sys.modules[name]
+    sys.meta_path.insert(0, Block())
+    try:
+        importlib.import_module(module)
+    finally:
+        sys.meta_path.pop(0)
+        for name in [n for n in sys.modules if n.split(".")[0] in (*blocked, "corun_sglang", "bench")]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+
+
+def test_every_bare_chunk_imports_nothing_a_bare_host_lacks():
+    bare = [c for c in queue.load() if c.bare]
+    assert bare
+    for chunk in bare:
+        _, argv = _words(chunk.command)
+        assert argv[:2] == ["python3", "-m"], chunk.id
+        _without_sglang(argv[2])
+    with pytest.raises(ImportError):  # the control: a module that needs SGLang fails the same way
+        _without_sglang("corun_sglang.serving.server_args")
 
 
 def test_a_cut_chunk_leaves_nothing_running_also_in_sessions_of_its_own(tmp_path, monkeypatch):
