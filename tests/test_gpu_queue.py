@@ -185,13 +185,20 @@ def test_a_chunk_runs_into_its_folder_and_comes_back_whole_even_when_cut(tmp_pat
     assert queue.verdict(chunk, queue.record_of(chunk), "rt") == "current"
 
 
-def test_a_bare_chunk_runs_where_sglang_is_not_installed_and_another_does_not(tmp_path, monkeypatch):
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    """A GPU host in ``tmp_path``: the project, its chunks' folders and cache there, SGLang installed."""
     monkeypatch.setattr(queue, "ROOT", tmp_path)
     monkeypatch.setattr(queue, "CALIBRATION", tmp_path / "calibration")
     monkeypatch.setattr(queue, "CHUNKS", tmp_path / "chunks")
     monkeypatch.setattr(queue, "CACHE", tmp_path / "cache")
-    monkeypatch.setattr(queue, "installed", lambda: False)
+    monkeypatch.setattr(queue, "installed", lambda: True)
     monkeypatch.setattr(queue, "host_facts", lambda: {})
+    return tmp_path
+
+
+def test_a_bare_chunk_runs_where_sglang_is_not_installed_and_another_does_not(host, tmp_path, monkeypatch):
+    monkeypatch.setattr(queue, "installed", lambda: False)
     command = "echo 42 > $R/result.txt"
     assert queue.execute(queue.Chunk("b", "t", command, 1, evidence="stock", bare=True), "abc", "rt", tmp_path / "o") == 0
     assert (tmp_path / "chunks" / "b" / "result.txt").read_text() == "42\n"
@@ -233,13 +240,7 @@ def test_every_bare_chunk_imports_nothing_a_bare_host_lacks():
         _without_sglang("corun_sglang.serving.server_args")
 
 
-def test_a_cut_chunk_leaves_nothing_running_also_in_sessions_of_its_own(tmp_path, monkeypatch):
-    monkeypatch.setattr(queue, "ROOT", tmp_path)
-    monkeypatch.setattr(queue, "CALIBRATION", tmp_path / "calibration")
-    monkeypatch.setattr(queue, "CHUNKS", tmp_path / "chunks")
-    monkeypatch.setattr(queue, "CACHE", tmp_path / "cache")
-    monkeypatch.setattr(queue, "installed", lambda: True)
-    monkeypatch.setattr(queue, "host_facts", lambda: {})
+def test_a_cut_chunk_leaves_nothing_running_also_in_sessions_of_its_own(host, tmp_path):
     # a "server" in a session of its own, as launch.Server starts it, writing its pid
     command = "setsid sleep 60 & echo $! > $R/pid; sleep 60"
     assert queue.execute(queue.Chunk("c2", "t", command, 1), "abc", "rt", tmp_path / "out", limit_s=2) == 124
