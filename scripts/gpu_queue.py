@@ -333,8 +333,18 @@ def host_facts() -> dict:
 
     return {"gpu": run(["nvidia-smi", "--query-gpu=name,memory.total,uuid,driver_version",
                         "--format=csv,noheader"]),
-            "software": run([sys.executable, "-c", "import torch, sglang, flashinfer; print('torch', "
-                             "torch.__version__, 'sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"])}
+            "software": run([sys.executable, "-c", SOFTWARE])}
+
+
+#: Prints the version of each of torch, SGLang and FlashInfer that is importable (a bare host has torch alone).
+SOFTWARE = ("import importlib\n"
+            "found = []\n"
+            "for name in ('torch', 'sglang', 'flashinfer'):\n"
+            "    try:\n"
+            "        found.append(f'{name} {importlib.import_module(name).__version__}')\n"
+            "    except ImportError:\n"
+            "        pass\n"
+            "print(' '.join(found))")
 
 
 #: The variable every process of a chunk inherits: servers start sessions of their own, so a chunk that is cut

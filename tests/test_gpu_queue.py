@@ -229,6 +229,25 @@ def _without_sglang(module: str) -> None:
         sys.modules.update(saved)
 
 
+def test_a_records_software_names_what_the_host_has_also_on_a_bare_host():
+    import subprocess
+
+    block = ("import sys\n"
+             "class Block:\n"
+             "    def find_spec(self, name, path=None, target=None):\n"
+             "        if name.split('.')[0] in ('sglang', 'flashinfer'):\n"
+             "            raise ImportError(name)\n"
+             "sys.meta_path.insert(0, Block())\n")
+    import torch
+
+    def software(prefix):
+        return subprocess.run([sys.executable, "-c", prefix + queue.SOFTWARE], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    assert software(block) == f"torch {torch.__version__}"  # a bare host: torch alone, still named
+    assert software("").startswith(f"torch {torch.__version__} sglang ")  # staged: all three
+
+
 def test_every_bare_chunk_imports_nothing_a_bare_host_lacks():
     bare = [c for c in queue.load() if c.bare]
     assert bare
