@@ -7,7 +7,8 @@ the plots go to ``--plots``, beside it or below it; the lab notes (``--notes``) 
 
     python -m bench.report docs/results/bench/runs.jsonl --out docs/results/benchmarks.md \
         --plots docs/results/bench [--notes docs/results/bench/notes.md] [--header "$(cat header.md)"] \
-        [--padding padding.jsonl] [--sampler sampler.json ...] [--step-profile step_profile.jsonl ...]
+        [--padding padding.jsonl] [--sampler sampler.json ...] [--step-profile step_profile.jsonl ...] \
+        [--runtime HASH]
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ def main(argv=None) -> int:
                         help="JSON lines written by bench/step_profile.py in one run (repeatable: a table each)")
     parser.add_argument("--plots", help="folder for the other pages and the PNGs (default: the summary's folder)")
     parser.add_argument("--notes", help="markdown lab notes, linked from the summary")
+    parser.add_argument("--runtime", help="the current runtime: where a study has rows of it, rows naming another "
+                                          "runtime are left out (report_rows.on_runtime)")
     args = parser.parse_args(argv)
-    groups = {study: (rows, report_rows.cells(rows))
-              for study, rows in report_rows.studies(report_rows.load(Path(args.runs))).items()}
+    rows = report_rows.on_runtime(report_rows.load(Path(args.runs)), args.runtime)
+    groups = {study: (rows, report_rows.cells(rows)) for study, rows in report_rows.studies(rows).items()}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     folder = Path(args.plots) if args.plots else out.parent
@@ -54,7 +57,7 @@ def main(argv=None) -> int:
         (folder / "setup.md").write_text(report_pages.setup_page(args.header, back))
     notes = os.path.relpath(Path(args.notes).resolve(), out.parent.resolve()) if args.notes else ""
     out.write_text(report_pages.summary(groups, pages, Path(notes).as_posix() if notes else "", bool(args.header),
-                                        has_profiles))
+                                        has_profiles, args.runtime))
     opened = report_rows.open_loop(Path(args.runs))
     if opened:  # latency against load, from the open-loop rows (Poisson arrivals)
         (folder / "open_loop.md").write_text(

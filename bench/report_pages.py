@@ -32,9 +32,9 @@ def page_name(study: str) -> str:
 
 
 def summary(groups: dict[str, tuple[list[dict], dict]], pages: str, notes: str = "", setup: bool = False,
-            profiles: bool = False) -> str:
+            profiles: bool = False, runtime: str | None = None) -> str:
     """The summary page; ``pages`` is the folder of the other pages as the summary links it, ``notes``
-    the lab notes' path as it links them ("" for none)."""
+    the lab notes' path as it links them ("" for none), ``runtime`` the current runtime (None: unknown)."""
     lines = [f"# {TITLE}", "", DEFINITION, ""]
     def at(name: str) -> str:
         return (PurePosixPath(pages) / name).as_posix()
@@ -44,11 +44,15 @@ def summary(groups: dict[str, tuple[list[dict], dict]], pages: str, notes: str =
     links += [f"[padding, sampler and decode-step profiles]({at('profiles.md')})"] if profiles else []
     if links:
         lines += ["See also: " + "; ".join(links) + ".", ""]
-    goals = targets_table(groups)
+    goals = targets_table(groups, runtime)
     if goals:
         lines += ["## Targets", "", *goals, "",
                   "Where a study ran no STD arm, whether BI is slower than STD is read from the studies of the "
                   "same shape, workload and concurrency that ran both; every ratio is the study's own.", ""]
+        if runtime:
+            lines += [f"The current runtime is `{runtime}`. Where a study has runs on it, its runs on older runtimes "
+                      "are left out of every table (they stay in the runs files); a ratio marked stale rests "
+                      "on runs of the runtime it names only.", ""]
     lines += ["## Coverage", "", *coverage_table(groups), ""]
     lines += ["## Studies", "", "| study | shape | concurrency | workloads | arms | repetitions |",
               "| --- | --- | --- | --- | --- | ---: |"]

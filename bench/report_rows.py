@@ -10,6 +10,10 @@ their median and min-max: the one statistic every ratio of the report shows.
 The time-weighted aggregate throughput of an arm over a set of workloads is the total generated
 tokens over the total wall time, per repetition, then the median; it covers the workloads every arm
 has run in every repetition.
+A row may name the runtime it ran on (``runtime``: the GPU queue's hash of ``corun_sglang/`` and
+``patches/``). Given the current runtime, ``on_runtime`` keeps, per study and (shape, workload,
+concurrency), the rows of the current runtime wherever there are any: a result on an older runtime
+stands only until the current runtime has one of its own.
 """
 
 from __future__ import annotations
@@ -102,6 +106,29 @@ def load(path: Path) -> list[dict]:
             r["decode_phase"] = r["decode_step_throughput"] if steps else r.get("decode_phase_throughput")
             r["decode_measure"] = "steps" if steps else "window"
     return rows
+
+
+def on_runtime(rows: list[dict], runtime: str | None) -> list[dict]:
+    """``rows`` less those of another runtime than ``runtime`` in every (study, shape, workload,
+    concurrency) that has rows of ``runtime``; rows that name no runtime always stay. ``runtime``
+    None keeps every row."""
+    if runtime is None:
+        return rows
+    def cell(r: dict) -> tuple:
+        return r.get("study", ""), r["shape"], r["workload"], r["concurrency"]
+
+    current = {cell(r) for r in rows if r.get("runtime") == runtime}
+    return [r for r in rows if cell(r) not in current or r.get("runtime") in (None, runtime)]
+
+
+def runtime_state(rows: list[dict], runtime: str | None) -> str:
+    """Which runtime ``rows`` ran on: "current", "stale" (some on another runtime, named), or "-" where
+    the current runtime or a row's runtime is not known."""
+    names = {r.get("runtime") for r in rows}
+    if runtime is None or None in names:
+        return "-"
+    older = sorted(names - {runtime})
+    return "current" if not older else "stale: " + ", ".join(f"`{n}`" for n in older)
 
 
 def phase_steps(row: dict, wave: int) -> float | None:

@@ -17,7 +17,7 @@ import statistics
 
 from bench import serverlog, workloads
 from bench.report_rows import (ABLATION_ARMS, ARMS, MIN_PHASE_STEPS, ORDER, PACK_ARM, PREFIX_ARM, TIERS_ARM, WAIT_ARM,
-                               arm_rank, paired, paired_ratios, reproduced)
+                               arm_rank, paired, paired_ratios, reproduced, runtime_state)
 
 #: Running-request ranges of the decode-step table.
 LOADS = ((1, 8), (9, 32), (33, 128), (129, 1 << 20))
@@ -147,11 +147,12 @@ TARGETS += tuple((f"{PREFIX_ARM} >= {t}x {den}, steady state", PREFIX_ARM, den, 
                   _prefix_study) for den, t in (("STD", 1.0), ("BI", 2.0), ("CoRun", 1.5)))
 
 
-def targets_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
+def targets_table(groups: dict[str, tuple[list[dict], dict]], runtime: str | None = None) -> list[str]:
     """Markdown: every target against every cell it applies to, in every study (``{study: (rows, cells)}``),
-    the ratio as median (min-max) of paired reps."""
-    lines = ["| target | study | shape | workload | concurrency | ratio, median (min-max) | met |",
-             "| --- | --- | --- | --- | ---: | --- | --- |"]
+    the ratio as median (min-max) of paired reps, with how many pairs and the runtime they ran on
+    (``runtime_state`` against ``runtime``, the current one)."""
+    lines = ["| target | study | shape | workload | concurrency | ratio, median (min-max) | pairs | runtime | met |",
+             "| --- | --- | --- | --- | ---: | --- | ---: | --- | --- |"]
     for name, num, den, field, threshold, applies in TARGETS:
         for study, (rows, c) in groups.items():
             for key in sorted({k[:3] for k in c}):
@@ -164,8 +165,11 @@ def targets_table(groups: dict[str, tuple[list[dict], dict]]) -> list[str]:
                 met = mid >= threshold
                 # three decimals where two would round a miss up to the target
                 digits = 3 if not met and float(f"{mid:.2f}") >= threshold else 2
+                state = runtime_state([r for r in rows if (r["shape"], r["workload"], r["concurrency"]) == key
+                                       and r["arm"] in (num, den)], runtime)
                 lines.append(f"| {name} | {study or '-'} | {key[0]} | {key[1]} | {key[2]} | {mid:.{digits}f} "
-                             f"({min(values):.{digits}f}-{max(values):.{digits}f}) | {'yes' if met else '**no**'} |")
+                             f"({min(values):.{digits}f}-{max(values):.{digits}f}) | {len(values)} | {state} | "
+                             f"{'yes' if met else '**no**'} |")
     return lines if len(lines) > 2 else []
 
 

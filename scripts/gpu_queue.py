@@ -494,6 +494,15 @@ def suite_notes(suite: Path) -> list[str]:
     return [f"{note.parent.name}: {' '.join(note.read_text().split())}" for note in sorted(suite.glob("*/note.md"))]
 
 
+def runs_on_runtime(runs: Path) -> list[str]:
+    """A chunk's benchmark rows (``runs.jsonl``), each naming the runtime its chunk ran on (from ``chunk.json``
+    beside it), as JSON lines."""
+    record = runs.parent / "chunk.json"
+    runtime = json.loads(record.read_text()).get("runtime") if record.is_file() else None
+    return [json.dumps({**json.loads(line), "runtime": runtime}) + "\n"
+            for line in runs.read_text().splitlines() if line.strip()]
+
+
 def regenerate() -> None:
     """The pages recounted from every chunk committed so far: the determinism report from the suite chunks'
     per-request rows, the benchmarks v2 summary from their runs, and its profiles page from their step
@@ -508,11 +517,12 @@ def regenerate() -> None:
     runs = sorted((RESULTS / "bench" / "v2").glob("*/runs.jsonl"))
     if runs:
         merged = RESULTS / "bench" / "v2" / "runs.jsonl"
-        merged.write_text("".join(r.read_text() for r in runs))
+        merged.write_text("".join(line for r in runs for line in runs_on_runtime(r)))
         profiles = [arg for p in sorted((RESULTS / "bench" / "v2").glob("*/step_profile.jsonl"))
                     for arg in ("--step-profile", str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p))]
         subprocess.run([sys.executable, "-m", "bench.report", str(merged), "--out", str(RESULTS / "benchmarks_v2.md"),
-                        "--plots", str(RESULTS / "bench" / "v2"), *profiles], cwd=ROOT, check=False)
+                        "--plots", str(RESULTS / "bench" / "v2"), "--runtime", runtime_hash(), *profiles],
+                       cwd=ROOT, check=False)
 
 
 def pages(chunks: list[Chunk], records: dict[str, dict | None], runtime: str) -> str:

@@ -4,6 +4,7 @@ import argparse
 import ast
 import importlib
 import importlib.util
+import json
 import math
 import re
 import shlex
@@ -496,3 +497,21 @@ def test_regenerate_tables_every_chunks_step_profile_on_the_profiles_page(tmp_pa
     assert str(profile / "step_profile.jsonl") in page
     assert "| qwen3-8b | 256 | CoRun |" in page
     assert "profiles.md" in (tmp_path / "benchmarks_v2.md").read_text()
+
+
+def test_regenerate_names_each_runs_runtime_and_reports_the_current_ones(tmp_path, monkeypatch):
+    bench = ROOT / "docs" / "results" / "bench" / "v2"
+    source = [json.loads(line) for line in (bench / "dense-sharegpt-r0" / "runs.jsonl").read_text().splitlines()]
+    for rep, runtime in ((0, queue.runtime_hash()), (1, "0123456789ab")):  # one current chunk, one stale
+        run = tmp_path / "bench" / "v2" / f"dense-sharegpt-r{rep}"
+        run.mkdir(parents=True)
+        (run / "runs.jsonl").write_text("".join(json.dumps({**r, "rep": rep}) + "\n" for r in source))
+        (run / "chunk.json").write_text(json.dumps({"id": run.name, "runtime": runtime}))
+    monkeypatch.setattr(queue, "RESULTS", tmp_path)
+    queue.regenerate()
+    merged = [json.loads(line) for line in (tmp_path / "bench" / "v2" / "runs.jsonl").read_text().splitlines()]
+    assert {(r["rep"], r["runtime"]) for r in merged} == {(0, queue.runtime_hash()), (1, "0123456789ab")}
+    summary = (tmp_path / "benchmarks_v2.md").read_text()
+    assert f"The current runtime is `{queue.runtime_hash()}`" in summary
+    target = next(line for line in summary.splitlines() if line.startswith("| CoRun >= 0.9x STD at"))
+    assert "| 1 | current |" in target  # the stale repetition is left out where a current one exists

@@ -100,9 +100,9 @@ def test_report_checks_targets_on_paired_repetitions_and_tables_the_sampler(tmp_
     assert report.main([str(runs), "--out", str(out), "--sampler", str(sampler)]) == 0
     text = _pages(out)
     # paired ratios 900/500, 700/520, 950/480 -> median 1.80; 0.90, 0.64, 0.95 -> median 0.90
-    assert "| CoRun >= 1.5x BI at concurrency 256 | - | qwen3-8b | sharegpt | 256 | 1.80 (1.35-1.98) | yes |" in text
-    assert "| CoRun >= 0.9x STD at concurrency 256 | - | qwen3-8b | sharegpt | 256 | 0.90 (0.64-0.95) | yes |" in text
-    assert "| decode phase: CoRun >= 0.9x STD | - | qwen3-8b | fixed-64-448 | 256 | 0.95 (0.95-0.95) | yes |" in text
+    assert "| CoRun >= 1.5x BI at concurrency 256 | - | qwen3-8b | sharegpt | 256 | 1.80 (1.35-1.98) | 3 | - | yes |" in text
+    assert "| CoRun >= 0.9x STD at concurrency 256 | - | qwen3-8b | sharegpt | 256 | 0.90 (0.64-0.95) | 3 | - | yes |" in text
+    assert "| decode phase: CoRun >= 0.9x STD | - | qwen3-8b | fixed-64-448 | 256 | 0.95 (0.95-0.95) | 3 | - | yes |" in text
     assert "1.5x BI at concurrency 256 | - | qwen3-8b | fixed-64-448" not in text  # no BI arm there
     assert "| 256 x 151936 | 0.9 | 50 | corun | 0.500 | 0.50 |" in text
     assert report_rows.paired_ratios(rows, ("qwen3-8b", "sharegpt", 256), "STD", "CoRun")[1] == pytest.approx(1100 / 700)
@@ -114,7 +114,7 @@ def test_a_missed_target_shows_the_digits_that_tell_it_from_the_target(tmp_path,
     runs, out = tmp_path / "runs.jsonl", tmp_path / "benchmarks.md"
     runs.write_text("\n".join(json.dumps(r) for r in rows))
     assert report.main([str(runs), "--out", str(out)]) == 0
-    assert "| decode phase: CoRun >= 0.9x STD | - | qwen3-8b | fixed-64-448 | 256 | 0.899 (0.899-0.899) | **no** |" \
+    assert "| decode phase: CoRun >= 0.9x STD | - | qwen3-8b | fixed-64-448 | 256 | 0.899 (0.899-0.899) | 3 | - | **no** |" \
         in _pages(out)
 
 
@@ -158,8 +158,8 @@ def test_report_tables_decode_tiers_and_checks_their_targets(tmp_path, bench_row
             {**bench_row("CoRun-tiers", 0, "sharegpt", 850), "decode_tiers": [72, 128]}]
     text = _report(tmp_path, rows)
     assert "| - | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | 0.85 (0.85-0.85) | 1.42 (1.42-1.42) | 10.0 / 10.0 / 10.0 | 72, 128 | - |" in text
-    assert "| CoRun-tiers >= 0.9x STD at concurrency 256 | - | qwen3-8b | sharegpt | 256 | 0.85 (0.85-0.85) | **no** |" in text
-    assert "| CoRun >= 0.9x STD at concurrency 256 | - | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | **no** |" in text
+    assert "| CoRun-tiers >= 0.9x STD at concurrency 256 | - | qwen3-8b | sharegpt | 256 | 0.85 (0.85-0.85) | 1 | - | **no** |" in text
+    assert "| CoRun >= 0.9x STD at concurrency 256 | - | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | 1 | - | **no** |" in text
 
 
 def test_report_checks_the_targets_of_corun_with_a_prefill_pack(tmp_path, bench_row):
@@ -168,8 +168,8 @@ def test_report_checks_the_targets_of_corun_with_a_prefill_pack(tmp_path, bench_
                                                            "prefill_pack": 1024}]
     text = _report(tmp_path, rows)
     assert ("| CoRun-tiers-pack >= 1.5x BI at concurrency 256 | - | qwen3-8b | fixed-64-448 | 256 "
-            "| 1.62 (1.62-1.62) | yes |") in text
-    assert "| CoRun-tiers >= 1.5x BI at concurrency 256 | - | qwen3-8b | fixed-64-448 | 256 | 1.48 (1.48-1.48) | **no** |" in text
+            "| 1.62 (1.62-1.62) | 1 | - | yes |") in text
+    assert "| CoRun-tiers >= 1.5x BI at concurrency 256 | - | qwen3-8b | fixed-64-448 | 256 | 1.48 (1.48-1.48) | 1 | - | **no** |" in text
     assert "| CoRun-tiers-pack tok/s | CoRun-tiers-pack/BI |" in text
     assert "STD 1000, BI 500, CoRun-tiers 740, CoRun-tiers-pack 810" in text
 
@@ -179,8 +179,8 @@ def test_report_checks_the_targets_of_packs_waiting_for_kv(tmp_path, bench_row):
             {**bench_row("CoRun-tiers-pack-wait", 0, "sharegpt", 930), "prefill_pack": 1024}]
     text = _report(tmp_path, rows)
     assert ("| CoRun-tiers-pack-wait >= 0.9x STD at concurrency 256 | - | qwen3-8b | sharegpt | 256 "
-            "| 0.93 (0.93-0.93) | yes |") in text
-    assert "| CoRun-tiers-pack >= 0.9x STD at concurrency 256 | - | qwen3-8b | sharegpt | 256 | 0.89 (0.89-0.89) | **no** |" in text
+            "| 0.93 (0.93-0.93) | 1 | - | yes |") in text
+    assert "| CoRun-tiers-pack >= 0.9x STD at concurrency 256 | - | qwen3-8b | sharegpt | 256 | 0.89 (0.89-0.89) | 1 | - | **no** |" in text
 
 
 def test_a_study_of_one_peer_checks_the_targets_against_that_peer_only(tmp_path, bench_row):
@@ -191,9 +191,9 @@ def test_a_study_of_one_peer_checks_the_targets_against_that_peer_only(tmp_path,
     rows = [row("std", "STD", 1000), row("std", "CoRun", 950), row("bi", "BI", 400), row("bi", "CoRun", 700),
             row("std", "STD", 1000, workload="fixed-1024-128", rep=0), row("std", "CoRun", 850, workload="fixed-1024-128")]
     text = _report(tmp_path, rows)
-    assert "| CoRun >= 0.9x STD at concurrency 256 | std | qwen3-8b | sharegpt | 256 | 0.95 (0.95-0.95) | yes |" in text
-    assert "| CoRun >= 1.5x BI at concurrency 256 | bi | qwen3-8b | sharegpt | 256 | 1.75 (1.75-1.75) | yes |" in text
-    assert "| CoRun >= 0.9x STD at concurrency 256 | std | qwen3-8b | fixed-1024-128 | 256 | 0.85 (0.85-0.85) | **no** |" in text
+    assert "| CoRun >= 0.9x STD at concurrency 256 | std | qwen3-8b | sharegpt | 256 | 0.95 (0.95-0.95) | 1 | - | yes |" in text
+    assert "| CoRun >= 1.5x BI at concurrency 256 | bi | qwen3-8b | sharegpt | 256 | 1.75 (1.75-1.75) | 1 | - | yes |" in text
+    assert "| CoRun >= 0.9x STD at concurrency 256 | std | qwen3-8b | fixed-1024-128 | 256 | 0.85 (0.85-0.85) | 1 | - | **no** |" in text
     assert "0.9x STD at concurrency 256 | bi |" not in text  # CoRun of one study never over STD of another
     assert "1.5x BI at concurrency 256 | std |" not in text
     # a target applies at concurrency 256 only
@@ -211,7 +211,7 @@ def test_report_compares_arms_only_within_a_study(tmp_path, bench_row):
     assert "| sharegpt | 500 (500-500) |" in pages["ablation"] and "| sharegpt | 500 (500-500) |" not in pages["core"]
     assert "| sharegpt | 1000 (1000-1000) | 400 (400-400) | 800 (800-800) | 2.00 (2.00-2.00) | 0.80 (0.80-0.80) | 0.40 (0.40-0.40) |" in text
     assert "| sharegpt | 500 (500-500) | - | 300 (300-300) | - | 0.60 (0.60-0.60) | - |" in text
-    assert "| CoRun >= 0.9x STD at concurrency 256 | ablation | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | **no** |" in text
+    assert "| CoRun >= 0.9x STD at concurrency 256 | ablation | qwen3-8b | sharegpt | 256 | 0.60 (0.60-0.60) | 3 | - | **no** |" in text
     assert "| ablation | qwen3-8b | sharegpt | 256 | 0.90 (0.90-0.90) | - | 0.60 (0.60-0.60) |" in text
     for png in ("bench-core-qwen3-8b-c256.png", "bench-ablation-qwen3-8b-c256.png"):
         assert (tmp_path / png).stat().st_size > 1000

@@ -42,3 +42,20 @@ def test_paired_ratios_pair_repetition_k_with_repetition_k(bench_row):
     assert report_rows.paired(rows, key, "CoRun", "BI") is None
     by_rep, names = report_rows.aggregate_reps(rows[:6], "qwen3-8b", 256)
     assert names == ["sharegpt"] and by_rep["CoRun"] == {0: 100.0, 1: 100.0, 2: 600.0}
+
+
+def test_rows_of_the_current_runtime_supersede_older_ones_cell_by_cell(bench_row):
+    def row(arm, rep, runtime, workload="sharegpt"):
+        return {**bench_row(arm, rep, workload, 100.0 + rep), "study": "s", "runtime": runtime}
+
+    old = [row(arm, rep, "old") for rep in range(3) for arm in ("STD", "CoRun")]
+    new = [row(arm, rep, "new") for rep in range(2) for arm in ("STD", "CoRun")]
+    elsewhere = [row(arm, 0, "old", "azure-conv") for arm in ("STD", "CoRun")]  # no run on "new" here
+    unnamed = [{**bench_row("CoRun", 5, "sharegpt", 1.0), "study": "s"}]  # names no runtime
+    kept = report_rows.on_runtime(old + new + elsewhere + unnamed, "new")
+    assert kept == new + elsewhere + unnamed
+    assert report_rows.on_runtime(old + new, None) == old + new  # the current runtime unknown: every row
+    assert report_rows.runtime_state(new, "new") == "current"
+    assert report_rows.runtime_state(elsewhere, "new") == "stale: `old`"
+    assert report_rows.runtime_state(new + unnamed, "new") == "-"
+    assert report_rows.runtime_state(new, None) == "-"

@@ -99,6 +99,20 @@ def test_the_prefix_caches_targets_apply_to_its_workloads_steady_state(bench_row
     lines = [line for line in report_tables.targets_table(groups) if line.startswith("| CoRun-prefix")]
     assert len(lines) == 6 and not any("sharegpt" in line for line in lines)
     # paired steady throughputs (1100 + k) / (1000 + k), (1100 + k) / (450 + k), (1100 + k) / (600 + k)
-    assert "| CoRun-prefix >= 1.0x STD, steady state | prefix | qwen3-8b | rl-group | 256 | 1.10 (1.10-1.10) | yes |" in lines
-    assert "| CoRun-prefix >= 2.0x BI, steady state | prefix | qwen3-8b | sessions | 256 | 2.44 (2.44-2.44) | yes |" in lines
-    assert "| CoRun-prefix >= 1.5x CoRun, steady state | prefix | qwen3-8b | rl-group | 256 | 1.83 (1.83-1.83) | yes |" in lines
+    assert "| CoRun-prefix >= 1.0x STD, steady state | prefix | qwen3-8b | rl-group | 256 | 1.10 (1.10-1.10) | 3 | - | yes |" in lines
+    assert "| CoRun-prefix >= 2.0x BI, steady state | prefix | qwen3-8b | sessions | 256 | 2.44 (2.44-2.44) | 3 | - | yes |" in lines
+    assert "| CoRun-prefix >= 1.5x CoRun, steady state | prefix | qwen3-8b | rl-group | 256 | 1.83 (1.83-1.83) | 3 | - | yes |" in lines
+
+
+def test_a_target_says_how_many_pairs_it_rests_on_and_their_runtime(bench_row):
+    def rows(runtime, corun):
+        return [{**bench_row(arm, rep, "sharegpt", tput), "runtime": runtime}
+                for rep in range(2) for arm, tput in (("STD", 100.0), ("CoRun", corun))]
+
+    current, stale = rows("new", 95.0), rows("old", 85.0)
+    for runs, runtime, expected in ((current, "new", "| 0.95 (0.95-0.95) | 2 | current | yes |"),
+                                    (stale, "new", "| 0.85 (0.85-0.85) | 2 | stale: `old` | **no** |"),
+                                    (current, None, "| 0.95 (0.95-0.95) | 2 | - | yes |")):
+        line = next(line for line in report_tables.targets_table({"s": (runs, report_rows.cells(runs))}, runtime)
+                    if line.startswith("| CoRun >= 0.9x STD"))
+        assert line.endswith(expected), line
