@@ -49,7 +49,8 @@ def main(argv=None) -> int:
     profile = [(p, report_rows.latest(report_rows.read_jsonl(p), lambda r: (r["shape"], r["arm"], r["load"])))
                for p in args.step_profile]
     for study in groups:
-        (folder / report_pages.page_name(study)).write_text(report_pages.study_page(study, groups, plots, back))
+        (folder / report_pages.page_name(study)).write_text(
+            report_pages.study_page(study, groups, plots, back, args.runtime))
     has_profiles = bool(padding or sampler or profile)
     if has_profiles:
         (folder / "profiles.md").write_text(report_pages.profiles_page(plots, back, padding, sampler, profile))

@@ -64,12 +64,17 @@ def summary(groups: dict[str, tuple[list[dict], dict]], pages: str, notes: str =
     return "\n".join(lines) + "\n"
 
 
-def study_page(study: str, groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], summary: str) -> str:
+def study_page(study: str, groups: dict[str, tuple[list[dict], dict]], plots: dict[tuple, str], summary: str,
+               runtime: str | None = None) -> str:
     """One study's page; ``plots`` as ``report_plots.draw`` keys them, linked from the page's folder,
-    ``summary`` the summary's path from there."""
+    ``summary`` the summary's path from there, ``runtime`` the current runtime (None: unknown)."""
     rows, c = groups[study]
     mine = {study: groups[study]}
     lines = [f"# {study or 'Rows without a study'}", "", f"[Summary and the statistics' definition]({summary}).", ""]
+    ran_on = sorted({r["runtime"] for r in rows if r.get("runtime")})
+    if runtime and ran_on:
+        lines += ["Runs on runtime " + ", ".join(f"`{n}` ({'current' if n == runtime else 'stale'})" for n in ran_on)
+                  + ".", ""]
     lines += study_sections(study, rows, c, plots)
     extra = sorted((k, name) for k, name in plots.items() if len(k) > 3 and k[0] == study)
     if extra:

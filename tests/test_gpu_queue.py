@@ -515,3 +515,5 @@ def test_regenerate_names_each_runs_runtime_and_reports_the_current_ones(tmp_pat
     assert f"The current runtime is `{queue.runtime_hash()}`" in summary
     target = next(line for line in summary.splitlines() if line.startswith("| CoRun >= 0.9x STD at"))
     assert "| 1 | current |" in target  # the stale repetition is left out where a current one exists
+    page = (tmp_path / "bench" / "v2" / "v2-dense.md").read_text()
+    assert f"Runs on runtime `{queue.runtime_hash()}` (current)." in page
