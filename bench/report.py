@@ -35,8 +35,8 @@ def main(argv=None) -> int:
     parser.add_argument("--runtime", help="the current runtime: where a study has rows of it, rows naming another "
                                           "runtime are left out (report_rows.on_runtime)")
     args = parser.parse_args(argv)
-    rows = report_rows.on_runtime(report_rows.load(Path(args.runs)), args.runtime)
-    groups = {study: (rows, report_rows.cells(rows)) for study, rows in report_rows.studies(rows).items()}
+    kept = report_rows.on_runtime(report_rows.load(Path(args.runs)), args.runtime)
+    groups = {study: (rows, report_rows.cells(rows)) for study, rows in report_rows.studies(kept).items()}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     folder = Path(args.plots) if args.plots else out.parent
